@@ -1,0 +1,28 @@
+//! Chapter 0: how the book keeps its printed numbers the same on every run.
+//!
+//! [`setup`] pins libtorch to one thread (so reductions add in one order) and
+//! seeds its generator; the chapter runner also sets `ATEN_CPU_CAPABILITY` so
+//! that every x86-64 machine runs the same CPU kernels. [`figure_path`] says
+//! where a chapter writes its figures.
+
+use std::path::PathBuf;
+
+// ANCHOR: setup
+/// Call once at the top of a chapter: one libtorch thread, seed 0.
+pub fn setup() {
+    tch::set_num_threads(1);
+    tch::manual_seed(0);
+}
+// ANCHOR_END: setup
+
+/// Where figure `name` is written: `$AGENTRL_FIGURES/name` when that variable
+/// is set (the runner points it at a scratch folder to check figures), else
+/// the repository's `figures/` folder.
+pub fn figure_path(name: &str) -> PathBuf {
+    let dir = match std::env::var_os("AGENTRL_FIGURES") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../figures"),
+    };
+    std::fs::create_dir_all(&dir).unwrap_or_else(|err| panic!("cannot create {}: {err}", dir.display()));
+    dir.join(name)
+}

@@ -1,0 +1,1 @@
+//! Chapter 1: Figure 1.1 (placeholder, being written).

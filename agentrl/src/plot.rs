@@ -1,0 +1,351 @@
+//! Chapter 1: line charts for the book's data figures.
+//!
+//! A [`LineChart`] is plain data (title, axis labels, ranges, a list of
+//! [`Series`]); [`LineChart::save_svg`] turns it into an SVG file with
+//! plotters. Later chapters reuse it for learning curves, so it stays small:
+//! straight lines, optional point markers, an optional logarithmic x axis, and
+//! a legend once there is more than one series.
+//!
+//! The output is byte-for-byte reproducible. Plotters is built without font
+//! support, so it estimates text sizes with a fixed formula instead of asking
+//! the machine's fonts, and every number in the file is formatted by Rust.
+//! Re-running a chapter therefore leaves its figures unchanged in git.
+
+use plotters::chart::SeriesLabelPosition;
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::Path;
+
+/// Width and height of a chart in SVG pixels.
+pub const CHART_SIZE: (u32, u32) = (640, 400);
+
+/// The book's series colours: the Okabe–Ito palette, which stays distinct
+/// for the common kinds of colour blindness. Its yellow is left out because
+/// it is hard to see against white paper.
+pub const PALETTE: [RGBColor; 7] = [
+    RGBColor(0, 114, 178),   // blue
+    RGBColor(230, 159, 0),   // orange
+    RGBColor(0, 158, 115),   // bluish green
+    RGBColor(213, 94, 0),    // vermillion
+    RGBColor(204, 121, 167), // reddish purple
+    RGBColor(86, 180, 233),  // sky blue
+    RGBColor(0, 0, 0),       // black
+];
+
+/// Text and axis colour: a near-black that is softer than pure black.
+pub const INK: RGBColor = RGBColor(34, 34, 34);
+/// Grid lines: light enough that the data stays in front.
+pub const GRID: RGBColor = RGBColor(225, 225, 225);
+/// Neutral mid grey, used for outlines and secondary marks.
+pub const GREY: RGBColor = RGBColor(120, 120, 120);
+
+/// The font family of every figure; the reader's SVG viewer picks the face.
+pub const FONT: &str = "sans-serif";
+
+/// Colour of the `index`-th series; the sequence repeats after [`PALETTE`].
+pub fn series_colour(index: usize) -> RGBColor {
+    PALETTE[index % PALETTE.len()]
+}
+
+// ANCHOR: types
+/// One line of a chart: its legend label and its (x, y) points, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+    /// Draw a dot at every point as well (for sparse data such as few H values).
+    pub markers: bool,
+}
+
+/// A line chart; `x_range` and `y_range` fix the visible window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LineChart {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub x_range: (f64, f64),
+    pub y_range: (f64, f64),
+    /// Logarithmic x axis (then `x_range.0` must be positive).
+    pub log_x: bool,
+    pub series: Vec<Series>,
+}
+// ANCHOR_END: types
+
+impl Series {
+    /// A series drawn as a plain line.
+    pub fn new(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Series { label: label.into(), points, markers: false }
+    }
+
+    /// The same series with a dot at every point.
+    pub fn with_markers(mut self) -> Self {
+        self.markers = true;
+        self
+    }
+}
+
+impl LineChart {
+    /// A linear chart with no series yet; add them with [`LineChart::with_series`].
+    pub fn new(title: impl Into<String>, x_label: impl Into<String>, y_label: impl Into<String>) -> Self {
+        LineChart {
+            title: title.into(),
+            x_label: x_label.into(),
+            y_label: y_label.into(),
+            x_range: (0.0, 1.0),
+            y_range: (0.0, 1.0),
+            log_x: false,
+            series: Vec::new(),
+        }
+    }
+
+    pub fn with_ranges(mut self, x_range: (f64, f64), y_range: (f64, f64)) -> Self {
+        self.x_range = x_range;
+        self.y_range = y_range;
+        self
+    }
+
+    pub fn with_log_x(mut self) -> Self {
+        self.log_x = true;
+        self
+    }
+
+    pub fn with_series(mut self, series: Series) -> Self {
+        self.series.push(series);
+        self
+    }
+
+    // ANCHOR: save_svg
+    /// Write the chart to `path` as SVG. Errors name the path.
+    pub fn save_svg(&self, path: &Path) -> Result<(), String> {
+        let svg = self.to_svg().map_err(|err| format!("cannot draw chart {}: {err}", path.display()))?;
+        std::fs::write(path, svg).map_err(|err| format!("cannot write chart {}: {err}", path.display()))
+    }
+    // ANCHOR_END: save_svg
+
+    /// The chart as an SVG document. Drawing into a string first means a
+    /// failed draw never leaves a half-written file behind.
+    pub fn to_svg(&self) -> Result<String, String> {
+        self.check()?;
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, CHART_SIZE).into_drawing_area();
+            root.fill(&WHITE).map_err(|err| err.to_string())?;
+            let (x0, x1) = self.x_range;
+            if self.log_x {
+                self.draw(&root, (x0..x1).log_scale())?;
+            } else {
+                self.draw(&root, x0..x1)?;
+            }
+            root.present().map_err(|err| err.to_string())?;
+        }
+        Ok(svg)
+    }
+
+    /// Reject ranges that plotters would turn into NaN coordinates.
+    fn check(&self) -> Result<(), String> {
+        let (x0, x1) = self.x_range;
+        let (y0, y1) = self.y_range;
+        if !(x0 < x1 && y0 < y1) {
+            return Err(format!("empty range x {x0}..{x1}, y {y0}..{y1}"));
+        }
+        if self.log_x && x0 <= 0.0 {
+            return Err(format!("a log x axis needs x > 0, got x from {x0}"));
+        }
+        Ok(())
+    }
+
+    /// Axes, grid, lines and legend. Generic over the x coordinate so that
+    /// the linear and the log chart share one code path.
+    fn draw<X>(&self, root: &DrawingArea<SVGBackend, Shift>, x_coord: X) -> Result<(), String>
+    where
+        X: AsRangedCoord<Value = f64>,
+        X::CoordDescType: ValueFormatter<f64>,
+    {
+        let (y0, y1) = self.y_range;
+        let mut chart = ChartBuilder::on(root)
+            .caption(&self.title, (FONT, 22).into_font().color(&INK))
+            .margin(14)
+            .x_label_area_size(44)
+            .y_label_area_size(56)
+            .build_cartesian_2d(x_coord, y0..y1)
+            .map_err(|err| err.to_string())?;
+
+        chart
+            .configure_mesh()
+            .x_desc(&self.x_label)
+            .y_desc(&self.y_label)
+            .axis_desc_style((FONT, 17).into_font().color(&INK))
+            .label_style((FONT, 15).into_font().color(&INK))
+            .axis_style(GREY)
+            .bold_line_style(GRID)
+            .light_line_style(WHITE.mix(0.0)) // only one level of grid: less clutter
+            .x_label_formatter(&|v| tick_label(*v))
+            .y_label_formatter(&|v| tick_label(*v))
+            .draw()
+            .map_err(|err| err.to_string())?;
+
+        for (index, series) in self.series.iter().enumerate() {
+            let colour = series_colour(index);
+            let line = LineSeries::new(series.points.iter().copied(), colour.stroke_width(2));
+            chart
+                .draw_series(line)
+                .map_err(|err| err.to_string())?
+                .label(series.label.as_str())
+                .legend(move |(x, y)| legend_sample(x, y, colour));
+            if series.markers {
+                let dots = series.points.iter().map(|&p| Circle::new(p, 3, colour.filled()));
+                chart.draw_series(dots).map_err(|err| err.to_string())?;
+            }
+        }
+
+        if self.series.len() > 1 {
+            chart
+                .configure_series_labels()
+                .position(self.legend_corner())
+                .margin(10)
+                .label_font((FONT, 15).into_font().color(&INK))
+                .background_style(WHITE.mix(0.9))
+                .border_style(GRID)
+                .draw()
+                .map_err(|err| err.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Put the legend in the corner of the plot that holds the fewest data
+    /// points, so that it hides as little of the data as possible. Ties go to
+    /// the first corner in a fixed order, which keeps the output stable.
+    fn legend_corner(&self) -> SeriesLabelPosition {
+        // The legend covers roughly this fraction of the plot's width and height.
+        let longest = self.series.iter().map(|s| s.label.len()).max().unwrap_or(0) as f64;
+        let width = ((40.0 + 8.0 * longest) / 540.0).min(0.9);
+        let height = ((12.0 + 20.0 * self.series.len() as f64) / 300.0).min(0.9);
+        let corners = [
+            (SeriesLabelPosition::UpperRight, true, true),
+            (SeriesLabelPosition::UpperLeft, false, true),
+            (SeriesLabelPosition::LowerRight, true, false),
+            (SeriesLabelPosition::LowerLeft, false, false),
+        ];
+        let crowding = |right: bool, upper: bool| {
+            let points = self.series.iter().flat_map(|s| s.points.iter());
+            let in_corner = |&&(x, y): &&(f64, f64)| {
+                let (u, v) = self.unit_position(x, y);
+                let across = if right { u >= 1.0 - width } else { u <= width };
+                let up = if upper { v >= 1.0 - height } else { v <= height };
+                across && up
+            };
+            points.filter(in_corner).count()
+        };
+        let best = corners.iter().min_by_key(|(_, right, upper)| crowding(*right, *upper));
+        best.map(|(corner, _, _)| corner.clone()).unwrap_or(SeriesLabelPosition::UpperRight)
+    }
+
+    /// Where a data point sits in the plot, from (0, 0) bottom left to (1, 1) top right.
+    fn unit_position(&self, x: f64, y: f64) -> (f64, f64) {
+        let (x0, x1) = self.x_range;
+        let (y0, y1) = self.y_range;
+        let u = if self.log_x { (x.ln() - x0.ln()) / (x1.ln() - x0.ln()) } else { (x - x0) / (x1 - x0) };
+        (u, (y - y0) / (y1 - y0))
+    }
+}
+
+/// The short line drawn next to a legend label; (x, y) is the right middle
+/// of its slot. The sample is a bare line even for series with markers:
+/// plotters' composed elements would tie the legend to a `'static` backend,
+/// and the colour alone already identifies the series.
+fn legend_sample(x: i32, y: i32, colour: RGBColor) -> PathElement<(i32, i32)> {
+    PathElement::new(vec![(x - 24, y), (x - 4, y)], colour.stroke_width(2))
+}
+
+/// Tick labels with at most three decimals and no trailing zeros: `0.25`,
+/// `10`, `0.001`. Plotters' default formatter prints floats such as `1e1`.
+pub fn tick_label(value: f64) -> String {
+    let text = format!("{value:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    match text {
+        "-0" => "0".to_string(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// p^H for a few p: the shape chapter 1 draws on a log axis.
+    fn success_chart() -> LineChart {
+        let mut chart = LineChart::new("Episode success p^H", "horizon H", "P(success)")
+            .with_ranges((1.0, 50.0), (0.0, 1.0))
+            .with_log_x();
+        for p in [0.99, 0.95, 0.9, 0.8] {
+            let points = (1..=50).map(|h| (h as f64, f64::powi(p, h))).collect();
+            chart = chart.with_series(Series::new(format!("p = {p}"), points));
+        }
+        chart
+    }
+
+    fn temp_file(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("agentrl-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(name)
+    }
+
+    #[test]
+    fn plot_is_byte_identical_across_runs() {
+        let (first, second) = (temp_file("a.svg"), temp_file("b.svg"));
+        success_chart().save_svg(&first).unwrap();
+        success_chart().save_svg(&second).unwrap();
+        let bytes = std::fs::read(&first).unwrap();
+        assert!(bytes.starts_with(b"<svg"));
+        assert_eq!(bytes, std::fs::read(&second).unwrap());
+    }
+
+    #[test]
+    fn plot_has_title_labels_and_legend() {
+        let svg = success_chart().to_svg().unwrap();
+        for text in ["Episode success p^H", "horizon H", "P(success)", "p = 0.99", "p = 0.8"] {
+            assert!(svg.contains(text), "missing {text}");
+        }
+        // One series alone gets no legend.
+        let single = LineChart::new("t", "x", "y").with_series(Series::new("only", vec![(0.0, 0.0), (1.0, 1.0)]));
+        assert!(!single.to_svg().unwrap().contains(">only"));
+    }
+
+    #[test]
+    fn plot_markers_add_circles() {
+        let line = Series::new("s", vec![(0.1, 0.1), (0.5, 0.5), (0.9, 0.2)]);
+        let plain = LineChart::new("t", "x", "y").with_series(line.clone());
+        let dotted = LineChart::new("t", "x", "y").with_series(line.with_markers());
+        let circles = |chart: &LineChart| chart.to_svg().unwrap().matches("<circle").count();
+        assert_eq!(circles(&dotted), circles(&plain) + 3);
+    }
+
+    #[test]
+    fn plot_legend_avoids_the_data() {
+        // Decreasing curves fill the upper left, so the legend goes elsewhere.
+        assert_ne!(success_chart().legend_corner(), SeriesLabelPosition::UpperLeft);
+        let rising = LineChart::new("t", "x", "y")
+            .with_series(Series::new("a", (0..=20).map(|i| (i as f64 / 20.0, i as f64 / 20.0)).collect()))
+            .with_series(Series::new("b", (0..=20).map(|i| (i as f64 / 20.0, 0.9)).collect()));
+        assert_eq!(rising.legend_corner(), SeriesLabelPosition::LowerRight);
+    }
+
+    #[test]
+    fn plot_errors_name_the_path() {
+        let path = Path::new("/nonexistent-dir/agentrl/chart.svg");
+        let err = success_chart().save_svg(path).unwrap_err();
+        assert!(err.contains("/nonexistent-dir/agentrl/chart.svg"), "{err}");
+        let bad = LineChart::new("t", "x", "y").with_ranges((0.0, 10.0), (0.0, 1.0)).with_log_x();
+        assert!(bad.save_svg(&temp_file("bad.svg")).unwrap_err().contains("log"));
+    }
+
+    #[test]
+    fn plot_tick_labels_are_short() {
+        assert_eq!(tick_label(10.0), "10");
+        assert_eq!(tick_label(0.25), "0.25");
+        assert_eq!(tick_label(0.0), "0");
+        assert_eq!(tick_label(-0.0001), "0");
+        assert_eq!(tick_label(2.6e-3), "0.003");
+    }
+}

@@ -1,0 +1,233 @@
+//! Chapter 1: running code we did not write.
+//!
+//! The code under repair in this book is [Rhai](https://rhai.rs), a small
+//! scripting language embedded in Rust. A [`Sandbox`] is a Rhai engine with
+//! hard limits: it has no file system, network or console, and every script
+//! is cut off after a fixed number of operations, call depth and string/array
+//! size. [`run_tests`] turns a source file and a list of test cases into one
+//! `PASS`/`FAIL` line per case; nothing a source does can crash or hang it.
+//! Chapter 4 extends this runner with a wall clock, output limits and process
+//! isolation.
+
+use rhai::{Dynamic, Engine, Scope, AST};
+use std::fmt;
+use std::sync::LazyLock;
+
+/// One test: a call expression in Rhai and the value it must return.
+///
+/// Both are Rhai text, so a test case is plain data (`"clamp(3, 0, 5)"`, `"3"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TestCase {
+    pub call: &'static str,
+    pub expected: &'static str,
+}
+
+/// The outcome of one test case, printed as `PASS clamp(3, 0, 5) -> 3`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TestLine {
+    pub passed: bool,
+    pub text: String,
+}
+
+impl fmt::Display for TestLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// True when every line passed (and there is at least one).
+pub fn all_pass(lines: &[TestLine]) -> bool {
+    !lines.is_empty() && lines.iter().all(|line| line.passed)
+}
+
+// ANCHOR: limits
+/// The limits every script runs under.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Rhai operations per call (a loop iteration, a function call, ...).
+    pub max_operations: u64,
+    /// Nested function calls (stops runaway recursion).
+    pub max_call_depth: usize,
+    /// Characters in any one string, elements in any one array or map.
+    pub max_string_len: usize,
+    pub max_collection_len: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_operations: 100_000, max_call_depth: 32, max_string_len: 10_000, max_collection_len: 1_000 }
+    }
+}
+// ANCHOR_END: limits
+
+/// A Rhai engine that can run untrusted sources.
+pub struct Sandbox {
+    engine: Engine,
+}
+
+// ANCHOR: sandbox
+impl Sandbox {
+    pub fn new(limits: Limits) -> Self {
+        let mut engine = Engine::new();
+        engine
+            .set_max_operations(limits.max_operations)
+            .set_max_call_levels(limits.max_call_depth)
+            .set_max_expr_depths(64, 32)
+            .set_max_string_size(limits.max_string_len)
+            .set_max_array_size(limits.max_collection_len)
+            .set_max_map_size(limits.max_collection_len)
+            .set_max_modules(0) // no `import`: a script sees nothing outside itself
+            .set_strict_variables(true);
+        engine.on_print(|_| {}).on_debug(|_, _, _| {}); // a script cannot write to our console
+        register_python_min_max(&mut engine);
+        Sandbox { engine }
+    }
+
+    /// The sandbox shared by everything in Chapter 1 (default limits).
+    pub fn shared() -> &'static Sandbox {
+        static SHARED: LazyLock<Sandbox> = LazyLock::new(|| Sandbox::new(Limits::default()));
+        &SHARED
+    }
+
+    /// Compile a source file; a syntax error comes back as its message.
+    pub fn compile(&self, source: &str) -> Result<AST, String> {
+        self.engine.compile(source).map_err(|err| err.to_string())
+    }
+
+    /// Evaluate one call expression against a compiled source.
+    pub fn call(&self, program: &AST, call: &str) -> Result<Dynamic, String> {
+        let expr = self.engine.compile_expression(call).map_err(|err| err.to_string())?;
+        let merged = program.merge(&expr); // the source's functions + the call
+        self.engine
+            .eval_ast_with_scope::<Dynamic>(&mut Scope::new(), &merged)
+            .map_err(|err| err.to_string())
+    }
+}
+// ANCHOR_END: sandbox
+
+/// Rhai's own `min`/`max` turn `min(0, 1.0)` into the float `0.0`. Ours return
+/// the chosen argument unchanged, as Python's do, so `min(0, 1.0)` is the int `0`.
+fn register_python_min_max(engine: &mut Engine) {
+    fn pick(a: Dynamic, b: Dynamic, want_smaller: bool) -> Dynamic {
+        let (x, y) = (as_f64(&a).unwrap_or(f64::NAN), as_f64(&b).unwrap_or(f64::NAN));
+        // Python keeps the first argument on ties.
+        let take_b = if want_smaller { y < x } else { y > x };
+        if take_b { b } else { a }
+    }
+    macro_rules! both {
+        ($a:ty, $b:ty) => {
+            engine.register_fn("min", |a: $a, b: $b| pick(Dynamic::from(a), Dynamic::from(b), true));
+            engine.register_fn("max", |a: $a, b: $b| pick(Dynamic::from(a), Dynamic::from(b), false));
+        };
+    }
+    both!(i64, i64);
+    both!(i64, f64);
+    both!(f64, i64);
+    both!(f64, f64);
+}
+
+/// A number as f64, for comparing ints with floats (`0 == 0.0`, as in Python).
+pub fn as_f64(value: &Dynamic) -> Option<f64> {
+    if let Ok(i) = value.as_int() {
+        Some(i as f64)
+    } else {
+        value.as_float().ok()
+    }
+}
+
+/// Equality of two results: numbers by value, anything else by type and text.
+pub fn same_value(a: &Dynamic, b: &Dynamic) -> bool {
+    match (as_f64(a), as_f64(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a.type_name() == b.type_name() && a.to_string() == b.to_string(),
+    }
+}
+
+// ANCHOR: run_tests
+/// Run each test case against `source` in the shared sandbox.
+///
+/// A source that does not compile gives the single line `FAIL load error: ...`;
+/// a case that errors at run time (a type error, too many operations) fails
+/// with the error as its result.
+pub fn run_tests(source: &str, tests: &[TestCase]) -> Vec<TestLine> {
+    let sandbox = Sandbox::shared();
+    let program = match sandbox.compile(source) {
+        Ok(program) => program,
+        Err(err) => return vec![TestLine { passed: false, text: format!("FAIL load error: {err}") }],
+    };
+    tests
+        .iter()
+        .map(|test| {
+            let expected = sandbox.call(&AST::empty(), test.expected).expect("test expectations are valid Rhai");
+            let (passed, got) = match sandbox.call(&program, test.call) {
+                Ok(value) => (same_value(&value, &expected), value.to_string()),
+                Err(err) => (false, format!("error: {err}")),
+            };
+            let verdict = if passed { "PASS" } else { "FAIL" };
+            TestLine { passed, text: format!("{verdict} {} -> {got}", test.call) }
+        })
+        .collect()
+}
+// ANCHOR_END: run_tests
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: &[TestCase] = &[TestCase { call: "f(1)", expected: "1" }];
+
+    #[test]
+    fn passing_and_failing_cases_are_reported() {
+        let lines = run_tests("fn f(x) { x }", &[TestCase { call: "f(2)", expected: "2" }, TestCase { call: "f(2)", expected: "3" }]);
+        assert_eq!(lines[0].text, "PASS f(2) -> 2");
+        assert_eq!(lines[1].text, "FAIL f(2) -> 2");
+        assert!(!all_pass(&lines));
+    }
+
+    #[test]
+    fn an_infinite_loop_is_stopped() {
+        let lines = run_tests("fn f(x) { loop { x += 1; } }", ONE);
+        assert!(!lines[0].passed);
+        assert!(lines[0].text.contains("Too many operations"), "{}", lines[0].text);
+    }
+
+    #[test]
+    fn deep_recursion_is_stopped() {
+        let lines = run_tests("fn f(x) { f(x + 1) }", ONE);
+        assert!(!lines[0].passed);
+        assert!(lines[0].text.contains("error"), "{}", lines[0].text);
+    }
+
+    #[test]
+    fn a_huge_string_is_stopped() {
+        let lines = run_tests("fn f(x) { let s = \"ab\"; loop { s += s; } }", ONE);
+        assert!(!lines[0].passed);
+        assert!(lines[0].text.contains("error"), "{}", lines[0].text);
+    }
+
+    #[test]
+    fn syntax_errors_and_type_errors_are_observations() {
+        let lines = run_tests("fn f(x) { x + }", ONE);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].text.starts_with("FAIL load error:"), "{}", lines[0].text);
+        let lines = run_tests("fn f(x) { x + \"a\" - 1 }", ONE);
+        assert!(lines[0].text.starts_with("FAIL f(1) -> error:"), "{}", lines[0].text);
+    }
+
+    #[test]
+    fn scripts_cannot_print_or_import() {
+        let lines = run_tests("fn f(x) { print(\"hello\"); x }", ONE);
+        assert!(lines[0].passed);
+        let lines = run_tests("import \"std\" as s; fn f(x) { x }", ONE);
+        assert!(!lines[0].passed, "{}", lines[0].text);
+    }
+
+    #[test]
+    fn min_and_max_keep_the_type_of_the_chosen_argument() {
+        let sandbox = Sandbox::shared();
+        let value = sandbox.call(&AST::empty(), "min(0, max(0.5, 1))").unwrap();
+        assert_eq!(value.to_string(), "0");
+        let value = sandbox.call(&AST::empty(), "max(0, min(0.5, 1))").unwrap();
+        assert_eq!(value.to_string(), "0.5");
+    }
+}

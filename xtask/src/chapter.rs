@@ -1,0 +1,191 @@
+//! A chapter as the tooling sees it: Markdown with executable `rust` cells,
+//! each followed by the `text,output` block that its run printed.
+
+use crate::util::{self, root, Result};
+use std::path::PathBuf;
+
+pub const CELL_FENCE: &str = "rust";
+pub const OUTPUT_FENCE: &str = "text,output";
+
+/// One executable cell and the output block under it (if any).
+#[derive(Clone, Debug)]
+pub struct Cell {
+    pub code: String,
+    /// 1-based line of the cell's first code line, for error messages.
+    pub line: usize,
+    /// Line index just after the cell's closing fence.
+    pub end: usize,
+    /// The output block's text and its line span `[start, end)` including fences.
+    pub output: Option<(String, usize, usize)>,
+}
+
+pub struct Chapter {
+    /// File stem, e.g. `01-what-is-agentic-rl`.
+    pub name: String,
+    pub path: PathBuf,
+    pub lines: Vec<String>,
+    pub cells: Vec<Cell>,
+}
+
+/// Every written chapter, in order (`chapters/NN-*.md`).
+pub fn all() -> Result<Vec<Chapter>> {
+    let mut names: Vec<String> = std::fs::read_dir(root().join("chapters"))
+        .map_err(|err| format!("cannot list chapters/: {err}"))?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.len() > 3 && name.as_bytes()[..2].iter().all(u8::is_ascii_digit) && name.ends_with(".md"))
+        .map(|name| name.trim_end_matches(".md").to_string())
+        .collect();
+    names.sort();
+    names.iter().map(|name| load(name)).collect()
+}
+
+/// Find a chapter by name or number prefix (`1`, `01`, `01-what-is-agentic-rl`).
+pub fn find(query: &str) -> Result<Chapter> {
+    let chapters = all()?;
+    let wanted = if query.len() == 1 && query.as_bytes()[0].is_ascii_digit() { format!("0{query}") } else { query.to_string() };
+    chapters
+        .into_iter()
+        .find(|chapter| chapter.name == wanted || chapter.name.starts_with(&format!("{wanted}-")))
+        .ok_or_else(|| format!("no chapter matches {query:?} (chapters/NN-name.md)"))
+}
+
+fn fence_of(line: &str) -> Option<(usize, &str)> {
+    let ticks = line.len() - line.trim_start_matches('`').len();
+    (ticks >= 3).then(|| (ticks, line[ticks..].trim()))
+}
+
+pub fn load(name: &str) -> Result<Chapter> {
+    let path = root().join("chapters").join(format!("{name}.md"));
+    let text = util::read(&path)?;
+    let lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let mut cells = Vec::new();
+    let mut i = 0;
+    // (ticks, info, first body line) of each fenced block in order
+    let mut blocks: Vec<(String, usize, usize)> = Vec::new(); // info, body start, index after close
+    while i < lines.len() {
+        if let Some((ticks, info)) = fence_of(&lines[i]) {
+            let start = i + 1;
+            let mut j = start;
+            while j < lines.len() && !fence_of(&lines[j]).is_some_and(|(t, rest)| t >= ticks && rest.is_empty()) {
+                j += 1;
+            }
+            if j == lines.len() {
+                return Err(format!("{}:{}: code fence is never closed", path.display(), i + 1));
+            }
+            blocks.push((info.to_string(), start, j + 1));
+            i = j + 1;
+        } else {
+            i += 1;
+        }
+    }
+    let mut k = 0;
+    while k < blocks.len() {
+        let (info, start, end) = &blocks[k];
+        if info == OUTPUT_FENCE {
+            return Err(format!("{}:{}: an output block must directly follow a `rust` cell", path.display(), start));
+        }
+        if info == CELL_FENCE {
+            let code = lines[*start..end - 1].join("\n");
+            let mut output = None;
+            if let Some((next_info, next_start, next_end)) = blocks.get(k + 1) {
+                let between_blank = lines[*end..next_start - 1].iter().all(|l| l.trim().is_empty());
+                if next_info == OUTPUT_FENCE && between_blank {
+                    output = Some((lines[*next_start..next_end - 1].join("\n"), next_start - 1, *next_end));
+                    k += 1;
+                }
+            }
+            cells.push(Cell { code, line: start + 1, end: *end, output });
+        }
+        k += 1;
+    }
+    Ok(Chapter { name: name.to_string(), path, lines, cells })
+}
+
+impl Chapter {
+    /// The chapter's text with each cell's output block replaced by `outputs[i]`
+    /// (an empty output removes the block).
+    pub fn with_outputs(&self, outputs: &[String]) -> String {
+        assert_eq!(outputs.len(), self.cells.len());
+        let mut lines = self.lines.clone();
+        for (cell, out) in self.cells.iter().zip(outputs).rev() {
+            let block: Vec<String> = if out.is_empty() {
+                vec![]
+            } else {
+                let mut b = vec![String::new(), format!("```{OUTPUT_FENCE}")];
+                b.extend(out.lines().map(str::to_string));
+                b.push("```".into());
+                b
+            };
+            match cell.output {
+                // replace from the end of the cell (dropping blank lines in between) to the block's end
+                Some((_, _, out_end)) => {
+                    lines.splice(cell.end..out_end, block);
+                }
+                None => {
+                    lines.splice(cell.end..cell.end, block);
+                }
+            }
+        }
+        let mut text = lines.join("\n");
+        text.push('\n');
+        text
+    }
+
+    /// Figures that the chapter's Markdown shows (`](figures/NAME)`).
+    pub fn figures(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        for line in &self.lines {
+            let mut rest = line.as_str();
+            while let Some(at) = rest.find("](figures/") {
+                rest = &rest[at + 10..];
+                if let Some(end) = rest.find(')') {
+                    found.push(rest[..end].to_string());
+                }
+            }
+        }
+        found
+    }
+}
+
+/// Expand mdBook's `{{#include path:anchor}}` (and whole-file includes) in `text`,
+/// relative to `chapters/`, the way mdBook does: anchor lines themselves are dropped.
+pub fn expand_includes(text: &str) -> Result<String> {
+    let mut out = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if let Some(spec) = trimmed.strip_prefix("{{#include ").and_then(|s| s.strip_suffix("}}")) {
+            let (file, anchor) = match spec.trim().rsplit_once(':') {
+                Some((f, a)) if !a.chars().all(|c| c.is_ascii_digit()) => (f, Some(a)),
+                _ => (spec.trim(), None),
+            };
+            let source = util::read(&root().join("chapters").join(file))?;
+            let mut inside = anchor.is_none();
+            let mut found = false;
+            for src_line in source.lines() {
+                let marker = src_line.trim();
+                if let Some(a) = anchor {
+                    if marker.ends_with(&format!("ANCHOR: {a}")) {
+                        inside = true;
+                        found = true;
+                        continue;
+                    }
+                    if marker.ends_with(&format!("ANCHOR_END: {a}")) {
+                        inside = false;
+                        continue;
+                    }
+                }
+                if inside && !marker.contains("ANCHOR: ") && !marker.contains("ANCHOR_END: ") {
+                    out.push_str(src_line);
+                    out.push('\n');
+                }
+            }
+            if anchor.is_some() && !found {
+                return Err(format!("include {spec}: anchor not found"));
+            }
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,294 @@
+//! The commands `book`, `test`, `run`, `refresh` and `notebooks`, built from
+//! the pieces in the other modules.
+
+use crate::chapter::{self, Chapter};
+use crate::util::{self, diff, root, run, secs, step, Result};
+use crate::{notebook, runner, setup, site};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// Printed figures that a published source fixes: a refresh must never change them.
+const PINNED: &[(&str, &[&str])] = &[
+    ("00-notation", &["[2, 3, 5, 0, 1, 3]"]),
+    (
+        "01-what-is-agentic-rl",
+        &[
+            "FAIL clamp(3, 0, 5) -> 0\nPASS clamp(-2, 0, 5) -> 0\nFAIL clamp(9, 0, 5) -> 0",
+            "swap_minmax gives the fix: true",
+            "reward: 1",
+            "hidden-test reward: 0",
+            "FAIL clamp(0.5, 0, 1) -> 0",
+            "FAIL clamp(-3, -5, -1) -> -5",
+            "prompt  20 tokens (24%)",
+            "policy  16 tokens (19%)",
+            "env     48 tokens (57%)",
+            "success rate (hidden reward = 1): 0.164",
+            "submitted, public pass, hidden fail: 0.132",
+            "H=20: 0.358",
+            "[0.5, -0.5, -0.5, 0.5]",
+            "= 0.077",
+            "= 0.992",
+        ],
+    ),
+];
+
+fn scratch_figures(chapter: &Chapter, kind: &str) -> PathBuf {
+    root().join("target/figures-check").join(kind).join(&chapter.name)
+}
+
+/// Compare a run's outputs with the chapter's output blocks; describe every difference.
+fn output_differences(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (cell, actual) in chapter.cells.iter().zip(outputs) {
+        let expected = cell.output.as_ref().map(|(text, _, _)| text.as_str()).unwrap_or("");
+        if expected != actual {
+            problems.push(format!(
+                "chapters/{}.md line {}: the cell's output differs (- in the chapter, + from the run):\n{}",
+                chapter.name,
+                cell.line,
+                diff(expected, actual)
+            ));
+        }
+    }
+    problems
+}
+
+fn pinned_problems(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
+    let all = outputs.join("\n");
+    PINNED
+        .iter()
+        .filter(|(name, _)| *name == chapter.name)
+        .flat_map(|(_, pins)| pins.iter())
+        .filter(|pin| !all.contains(*pin))
+        .map(|pin| format!("chapter {}: the pinned output {pin:?} is missing", chapter.name))
+        .collect()
+}
+
+/// Every figure a chapter shows must be produced by its run and equal the file in figures/.
+fn figure_problems(chapter: &Chapter, produced_dir: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let produced = list(produced_dir);
+    for name in chapter.figures() {
+        if !produced.contains(&name) {
+            problems.push(format!("chapter {} shows figures/{name}, but its run does not write it", chapter.name));
+        }
+    }
+    for name in &produced {
+        let fresh = std::fs::read(produced_dir.join(name)).unwrap_or_default();
+        match std::fs::read(root().join("figures").join(name)) {
+            Ok(committed) if committed == fresh => {}
+            Ok(_) => problems.push(format!("figures/{name} is out of date: run `cargo xtask refresh {}`", chapter.name)),
+            Err(_) => problems.push(format!("figures/{name} is missing: run `cargo xtask refresh {}`", chapter.name)),
+        }
+    }
+    problems
+}
+
+fn list(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// A tally of named checks, printed as `N passed, N failed` at the end.
+#[derive(Default)]
+struct Tally {
+    passed: Vec<String>,
+    failed: Vec<(String, String)>,
+}
+
+impl Tally {
+    fn check(&mut self, name: &str, problems: Vec<String>) {
+        if problems.is_empty() {
+            eprintln!("  \x1b[32mok\x1b[0m    {name}");
+            self.passed.push(name.to_string());
+        } else {
+            eprintln!("  \x1b[31mFAIL\x1b[0m  {name}\n{}", problems.join("\n"));
+            self.failed.push((name.to_string(), problems.join("\n")));
+        }
+    }
+
+    fn result(&mut self, name: &str, result: Result<()>) {
+        self.check(name, result.err().into_iter().collect());
+    }
+
+    fn finish(self) -> Result<()> {
+        println!("xtask: {} passed, {} failed", self.passed.len(), self.failed.len());
+        if self.failed.is_empty() {
+            Ok(())
+        } else {
+            let names: Vec<&str> = self.failed.iter().map(|(n, _)| n.as_str()).collect();
+            Err(format!("failed checks: {}", names.join(", ")))
+        }
+    }
+}
+
+/// Run all chapters once; returns (chapter, outputs) and records checks.
+fn run_chapters(tally: &mut Tally) -> Result<Vec<(Chapter, Vec<String>)>> {
+    let chapters = chapter::all()?;
+    runner::build(&chapters)?;
+    let mut results = Vec::new();
+    for chapter in chapters {
+        let figures = scratch_figures(&chapter, "runner");
+        match runner::execute(&chapter, &figures) {
+            Ok(run) => {
+                eprintln!("  chapter {} ran in {:.1} s", chapter.name, run.elapsed.as_secs_f64());
+                let mut problems = output_differences(&chapter, &run.outputs);
+                if !problems.is_empty() {
+                    problems.push(format!("(if the change is intended: cargo xtask refresh {})", chapter.name));
+                }
+                problems.extend(pinned_problems(&chapter, &run.outputs));
+                tally.check(&format!("chapter {}: outputs", chapter.name), problems);
+                tally.check(&format!("chapter {}: figures", chapter.name), figure_problems(&chapter, &figures));
+                results.push((chapter, run.outputs));
+            }
+            Err(err) => tally.check(&format!("chapter {}: runs", chapter.name), vec![err]),
+        }
+    }
+    Ok(results)
+}
+
+/// The notebook files must equal what the generator makes from the chapters now.
+fn notebook_problems(chapters: &[Chapter]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for chapter in chapters {
+        let path = notebook::path(chapter);
+        match notebook::generate(chapter) {
+            Ok(text) if util::read(&path).ok().as_deref() == Some(text.as_str()) => {}
+            Ok(_) => problems.push(format!("{} is out of date: run `cargo xtask notebooks`", path.display())),
+            Err(err) => problems.push(err),
+        }
+    }
+    problems
+}
+
+pub fn notebooks() -> Result<()> {
+    for chapter in chapter::all()? {
+        let path = notebook::path(&chapter);
+        util::write(&path, &notebook::generate(&chapter)?)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+pub fn run_one(query: &str) -> Result<()> {
+    setup::all(false)?;
+    let chapter = chapter::find(query)?;
+    runner::build(std::slice::from_ref(&chapter))?;
+    let run = runner::execute(&chapter, &scratch_figures(&chapter, "runner"))?;
+    for (cell, out) in chapter.cells.iter().zip(&run.outputs) {
+        println!("--- chapters/{}.md line {} ---\n{out}", chapter.name, cell.line);
+    }
+    eprintln!("chapter {} ran in {:.2} s", chapter.name, run.elapsed.as_secs_f64());
+    Ok(())
+}
+
+pub fn refresh(query: Option<&str>) -> Result<()> {
+    setup::all(false)?;
+    let chapters = match query {
+        Some(q) => vec![chapter::find(q)?],
+        None => chapter::all()?,
+    };
+    runner::build(&chapters)?;
+    for chapter in &chapters {
+        let figures = scratch_figures(chapter, "runner");
+        let run = runner::execute(chapter, &figures)?;
+        let pins = pinned_problems(chapter, &run.outputs);
+        if !pins.is_empty() {
+            return Err(format!("refusing to refresh: {}", pins.join("; ")));
+        }
+        util::write(&chapter.path, &chapter.with_outputs(&run.outputs))?;
+        for name in list(&figures) {
+            std::fs::copy(figures.join(&name), root().join("figures").join(&name)).map_err(|e| e.to_string())?;
+        }
+        eprintln!("refreshed {} ({:.1} s)", chapter.name, run.elapsed.as_secs_f64());
+    }
+    notebooks()
+}
+
+pub fn book(serve: bool) -> Result<()> {
+    let start = Instant::now();
+    setup::all(false)?;
+    let mut tally = Tally::default();
+    step("running every written chapter");
+    let results = run_chapters(&mut tally)?;
+    step("regenerating notebooks");
+    notebooks()?;
+    step("building the HTML book");
+    tally.result("mdBook build", site::build());
+    let outcome = tally.finish();
+    eprintln!("book built in {}: open {}", secs(start), root().join("book/index.html").display());
+    let _ = results;
+    outcome?;
+    if serve {
+        site::serve(3000)?;
+    }
+    Ok(())
+}
+
+pub fn test(jupyter: bool) -> Result<()> {
+    let start = Instant::now();
+    setup::all(true)?;
+    let mut tally = Tally::default();
+    let mut times = BTreeMap::new();
+
+    let t = Instant::now();
+    step("library tests (cargo test --workspace --exclude exercises)");
+    tally.result("library tests", run(Command::new("cargo").args(["test", "--workspace", "--exclude", "exercises"]).current_dir(root())));
+    times.insert("library tests", secs(t));
+
+    let t = Instant::now();
+    step("chapters: run, compare outputs, pinned figures, figures up to date");
+    let results = run_chapters(&mut tally)?;
+    times.insert("chapters", secs(t));
+
+    let t = Instant::now();
+    step("exercises: the solutions pass every test, the stubs fail every test");
+    tally.result("exercises", crate::site::grade_exercises());
+    times.insert("exercises", secs(t));
+
+    let chapters: Vec<Chapter> = chapter::all()?;
+    tally.check("notebooks up to date", notebook_problems(&chapters));
+
+    let t = Instant::now();
+    step("HTML book: build and check in headless Chromium");
+    tally.result("mdBook build", site::build());
+    tally.result("HTML checks", site::check_html());
+    times.insert("HTML", secs(t));
+
+    if jupyter {
+        let t = Instant::now();
+        step("notebooks: execute in Jupyter with the evcxr kernel and compare with the chapters");
+        for (chapter, outputs) in &results {
+            let figures = scratch_figures(chapter, "jupyter");
+            let name = format!("notebook {}: outputs equal the chapter", chapter.name);
+            let t1 = Instant::now();
+            match notebook::execute(&notebook::path(chapter), &figures) {
+                Ok(got) if got.len() == outputs.len() => {
+                    let problems: Vec<String> = got
+                        .iter()
+                        .zip(outputs)
+                        .zip(&chapter.cells)
+                        .filter(|((g, o), _)| g != o)
+                        .map(|((g, o), cell)| format!("cell at chapters/{}.md line {} differs in Jupyter:\n{}", chapter.name, cell.line, diff(o, g)))
+                        .collect();
+                    tally.check(&name, problems);
+                    tally.check(&format!("notebook {}: figures", chapter.name), figure_problems(chapter, &figures));
+                }
+                Ok(got) => tally.check(&name, vec![format!("{} code cells ran, expected {}", got.len(), outputs.len())]),
+                Err(err) => tally.check(&name, vec![err]),
+            }
+            eprintln!("  notebook {} executed in {}", chapter.name, secs(t1));
+        }
+        times.insert("jupyter", secs(t));
+    }
+    for (what, time) in &times {
+        eprintln!("  time: {what}: {time}");
+    }
+    eprintln!("  time: total: {}", secs(start));
+    tally.finish()
+}

@@ -1,0 +1,65 @@
+//! `cargo xtask`: the book's tooling. See README.md for the two main commands.
+//!
+//! This crate never links libtorch: it sets the environment up, then drives
+//! cargo, the chapter runner, mdBook, Jupyter and Chromium as child processes.
+
+mod chapter;
+mod checks;
+mod notebook;
+mod runner;
+mod setup;
+mod site;
+mod util;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Build, check and refresh the book Agentic RL in Rust")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what the book needs (idempotent; the other commands run it first).
+    Setup {
+        /// Also install Chromium for the HTML checks.
+        #[arg(long)]
+        browser: bool,
+    },
+    /// Run every written chapter, check its outputs and figures, regenerate the notebooks, build the HTML book.
+    Book {
+        /// Serve the built book on http://127.0.0.1:3000 afterwards.
+        #[arg(long)]
+        serve: bool,
+    },
+    /// Every test: library, chapters, figures, exercises, notebooks (in Jupyter), HTML (in Chromium).
+    Test {
+        /// Skip executing notebooks in Jupyter (the slowest check).
+        #[arg(long)]
+        no_jupyter: bool,
+    },
+    /// Run one chapter and print each cell's output and the run time.
+    Run { chapter: String },
+    /// Rewrite the output blocks and figures of one chapter (or all) from a fresh run.
+    Refresh { chapter: Option<String> },
+    /// Regenerate notebooks/ from chapters/.
+    Notebooks,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Setup { browser } => setup::all(browser),
+        Cmd::Book { serve } => checks::book(serve),
+        Cmd::Test { no_jupyter } => checks::test(!no_jupyter),
+        Cmd::Run { chapter } => checks::run_one(&chapter),
+        Cmd::Refresh { chapter } => checks::refresh(chapter.as_deref()),
+        Cmd::Notebooks => checks::notebooks(),
+    };
+    if let Err(err) = result {
+        eprintln!("\x1b[31merror:\x1b[0m {err}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,198 @@
+//! `cargo xtask setup`: everything the book needs, installed once, checked every time.
+//!
+//! Each step first checks whether its result is already there, so a second run
+//! takes a second. The first run on a fresh machine takes several minutes
+//! (libtorch download, compiling mdBook and evcxr).
+
+use crate::util::{self, capture, cargo_bin, root, run, step, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+pub const TORCH: &str = "2.13.0"; // what tch 0.26 expects
+const MDBOOK: &str = "0.5.4";
+const MDBOOK_KATEX: &str = "0.10.0";
+const EVCXR: &str = "0.22.0";
+const KATEX_CSS: &str = "0.16.4"; // the KaTeX that mdbook-katex 0.10.0 renders with
+pub const KERNEL: &str = "agentrl-rust";
+
+pub fn venv() -> PathBuf {
+    root().join(".venv")
+}
+
+pub fn python() -> PathBuf {
+    venv().join("bin/python")
+}
+
+/// The folder holding libtorch's `lib/` and `include/` (a link made by setup).
+pub fn libtorch() -> PathBuf {
+    venv().join("libtorch")
+}
+
+/// Run every setup step; `browser` also installs Chromium for the HTML checks.
+pub fn all(browser: bool) -> Result<()> {
+    let start = Instant::now();
+    python_env()?;
+    libtorch_link()?;
+    jupyter()?;
+    book_tools()?;
+    kernelspec()?;
+    katex_assets()?;
+    if browser {
+        chromium()?;
+    }
+    eprintln!("setup complete ({})", util::secs(start));
+    Ok(())
+}
+
+fn python_env() -> Result<()> {
+    if python().exists() {
+        return Ok(());
+    }
+    step("creating the project virtualenv .venv (python3 -m venv)");
+    run(Command::new("python3").args(["-m", "venv"]).arg(venv()))
+}
+
+fn pip(args: &[&str]) -> Result<()> {
+    run(Command::new(python()).args(["-m", "pip", "install", "--disable-pip-version-check"]).args(args))
+}
+
+fn site_packages() -> Result<PathBuf> {
+    let out = capture(Command::new(python()).args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]))?;
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// `.venv/libtorch` -> an existing `$LIBTORCH`, or pip's torch package.
+fn libtorch_link() -> Result<()> {
+    let link = libtorch();
+    if link.join("lib").is_dir() && link.join("include").is_dir() {
+        return Ok(());
+    }
+    let target = match std::env::var_os("LIBTORCH").map(PathBuf::from) {
+        Some(own) if !own.starts_with(venv()) && own != link => {
+            step(&format!("using your libtorch at {} (LIBTORCH is set; skipping pip)", own.display()));
+            own
+        }
+        _ => {
+            step(&format!("installing torch=={TORCH} into .venv with pip (about 4.7 GB with its CUDA libraries; a few minutes)"));
+            pip(&[&format!("torch=={TORCH}")])?;
+            site_packages()?.join("torch")
+        }
+    };
+    if !target.join("lib").is_dir() {
+        return Err(format!("{} has no lib/ folder: not a libtorch", target.display()));
+    }
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&target, &link).map_err(|err| format!("cannot link {}: {err}", link.display()))
+}
+
+fn jupyter() -> Result<()> {
+    if venv().join("bin/jupyter-nbconvert").exists() {
+        return Ok(());
+    }
+    step("installing Jupyter's nbclient and nbconvert into .venv");
+    pip(&["nbclient", "nbconvert", "jupyter_client"])
+}
+
+fn version_of(program: &Path) -> Option<String> {
+    let out = Command::new(program).arg("--version").output().ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
+}
+
+fn book_tools() -> Result<()> {
+    let bin = cargo_bin();
+    let missing = |name: &str, version: &str| !version_of(&bin.join(name)).is_some_and(|v| v.contains(version));
+    if missing("mdbook", MDBOOK) || missing("mdbook-katex", MDBOOK_KATEX) {
+        step(&format!("cargo install --locked mdbook@{MDBOOK} mdbook-katex@{MDBOOK_KATEX} (about 4 minutes)"));
+        run(Command::new("cargo").args(["install", "--locked", &format!("mdbook@{MDBOOK}"), &format!("mdbook-katex@{MDBOOK_KATEX}")]))?;
+    }
+    if missing("evcxr_jupyter", EVCXR) {
+        step(&format!("cargo install --locked evcxr_jupyter@{EVCXR} (about 8 minutes)"));
+        run(Command::new("cargo").args(["install", "--locked", &format!("evcxr_jupyter@{EVCXR}")]))?;
+    }
+    Ok(())
+}
+
+/// The environment every book run gets: libtorch on the library path and pinned CPU kernels.
+pub fn book_env() -> Vec<(String, String)> {
+    let lib = libtorch().join("lib");
+    let ld = match std::env::var("LD_LIBRARY_PATH") {
+        Ok(old) if !old.is_empty() => format!("{}:{old}", lib.display()),
+        _ => lib.display().to_string(),
+    };
+    vec![
+        ("LIBTORCH".into(), libtorch().display().to_string()),
+        ("LD_LIBRARY_PATH".into(), ld),
+        ("ATEN_CPU_CAPABILITY".into(), "default".into()),
+        ("MKL_CBWR".into(), "COMPATIBLE".into()),
+        ("OMP_NUM_THREADS".into(), "1".into()),
+        ("MKL_NUM_THREADS".into(), "1".into()),
+    ]
+}
+
+/// The Jupyter kernel "Rust (agentrl)": evcxr with the libtorch paths in its environment.
+fn kernelspec() -> Result<()> {
+    let dir = venv().join("share/jupyter/kernels").join(KERNEL);
+    let env: serde_json::Map<String, serde_json::Value> =
+        book_env().into_iter().filter(|(k, _)| k != "LD_LIBRARY_PATH").map(|(k, v)| (k, v.into())).collect();
+    let mut env = env;
+    env.insert("LD_LIBRARY_PATH".into(), libtorch().join("lib").display().to_string().into());
+    let spec = serde_json::json!({
+        "argv": [cargo_bin().join("evcxr_jupyter").display().to_string(), "--control_file", "{connection_file}"],
+        "display_name": "Rust (agentrl)",
+        "language": "rust",
+        "interrupt_mode": "message",
+        "env": env,
+    });
+    let text = serde_json::to_string_pretty(&spec).unwrap();
+    let path = dir.join("kernel.json");
+    if util::read(&path).ok().as_deref() != Some(text.as_str()) {
+        step(&format!("writing the Jupyter kernelspec {}", path.display()));
+        util::write(&path, &text)?;
+    }
+    Ok(())
+}
+
+/// KaTeX's stylesheet and fonts, served with the book (no CDN).
+fn katex_assets() -> Result<()> {
+    let dest = root().join("chapters/katex");
+    if dest.join("katex.min.css").exists() && dest.join("fonts").is_dir() {
+        return Ok(());
+    }
+    step(&format!("fetching KaTeX {KATEX_CSS}'s CSS and fonts from the npm registry (npm pack)"));
+    if util::which("npm").is_none() {
+        apt(&["nodejs", "npm"])?;
+    }
+    let tmp = root().join("target/katex-pack");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+    run(Command::new("npm").args(["pack", "--silent", &format!("katex@{KATEX_CSS}")]).current_dir(&tmp))?;
+    run(Command::new("tar").args(["xzf", &format!("katex-{KATEX_CSS}.tgz")]).current_dir(&tmp))?;
+    std::fs::create_dir_all(dest.join("fonts")).map_err(|e| e.to_string())?;
+    let dist = tmp.join("package/dist");
+    std::fs::copy(dist.join("katex.min.css"), dest.join("katex.min.css")).map_err(|e| e.to_string())?;
+    for entry in std::fs::read_dir(dist.join("fonts")).map_err(|e| e.to_string())? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|ext| ext == "woff2") {
+            std::fs::copy(&path, dest.join("fonts").join(path.file_name().unwrap())).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+pub fn chromium_path() -> Option<PathBuf> {
+    ["chromium", "chromium-browser"].iter().find_map(|name| util::which(name))
+}
+
+fn chromium() -> Result<()> {
+    if chromium_path().is_some() {
+        return Ok(());
+    }
+    step("installing Debian's chromium for the headless browser check (apt-get)");
+    apt(&["chromium"])
+}
+
+fn apt(packages: &[&str]) -> Result<()> {
+    run(Command::new("apt-get").arg("update").arg("-qq"))?;
+    run(Command::new("apt-get").args(["install", "-y", "-qq", "--no-install-recommends"]).args(packages).env("DEBIAN_FRONTEND", "noninteractive"))
+}

@@ -1,0 +1,258 @@
+//! The HTML book (mdBook + KaTeX, figures copied in), its checks in headless
+//! Chromium, a small static server, and exercise grading.
+
+use crate::setup;
+use crate::util::{self, capture, root, run, Result};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+pub fn build() -> Result<()> {
+    let bin = util::cargo_bin();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let out = root().join("book");
+    run(Command::new(bin.join("mdbook")).arg("build").arg("--dest-dir").arg(&out).env("PATH", path).current_dir(root()))?;
+    // Figures live at the top level of the repository; the pages link to figures/NAME.
+    let figures = out.join("figures");
+    std::fs::create_dir_all(&figures).map_err(|e| e.to_string())?;
+    for entry in std::fs::read_dir(root().join("figures")).map_err(|e| e.to_string())? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|ext| ext == "svg" || ext == "png") {
+            std::fs::copy(&path, figures.join(path.file_name().unwrap())).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// Serve `book/` on 127.0.0.1:`port` until interrupted.
+pub fn serve(port: u16) -> Result<()> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| format!("cannot listen on port {port}: {e}"))?;
+    eprintln!("serving the book on http://127.0.0.1:{port}/ (Ctrl-C to stop)");
+    serve_on(listener);
+    Ok(())
+}
+
+fn serve_on(listener: std::net::TcpListener) {
+    use std::io::{BufRead, BufReader, Write};
+    for stream in listener.incoming().flatten() {
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(&stream);
+            let mut request = String::new();
+            if reader.read_line(&mut request).is_err() {
+                return;
+            }
+            let mut line = String::new();
+            while reader.read_line(&mut line).map(|n| n > 2).unwrap_or(false) {
+                line.clear();
+            }
+            let raw = request.split_whitespace().nth(1).unwrap_or("/");
+            let raw = raw.split(['?', '#']).next().unwrap_or("/");
+            let mut rel = raw.trim_start_matches('/').replace("%20", " ");
+            if rel.is_empty() || rel.ends_with('/') {
+                rel.push_str("index.html");
+            }
+            let path = root().join("book").join(&rel);
+            let mut stream = &stream;
+            let safe = !rel.split('/').any(|part| part == "..");
+            match std::fs::read(&path) {
+                Ok(body) if safe => {
+                    let kind = match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
+                        "html" => "text/html; charset=utf-8",
+                        "css" => "text/css",
+                        "js" => "application/javascript",
+                        "svg" => "image/svg+xml",
+                        "png" => "image/png",
+                        "woff2" => "font/woff2",
+                        "json" => "application/json",
+                        _ => "application/octet-stream",
+                    };
+                    let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                    let _ = stream.write_all(&body);
+                }
+                _ => {
+                    let _ = write!(stream, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                }
+            }
+        });
+    }
+}
+
+/// Static checks of the built pages, then Chapter 1 (and 0) loaded in headless Chromium.
+pub fn check_html() -> Result<()> {
+    let book = root().join("book");
+    let mut problems = Vec::new();
+    for entry in std::fs::read_dir(&book).map_err(|e| e.to_string())? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|e| e == "html") {
+            let html = util::read(&path)?;
+            for needle in ["cdn.jsdelivr", "cdnjs", "unpkg.com", "katex-error", "{{#include"] {
+                if html.contains(needle) {
+                    problems.push(format!("{} contains {needle:?}", path.display()));
+                }
+            }
+        }
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || serve_on(listener));
+    for page in ["00-notation.html", "01-what-is-agentic-rl.html"] {
+        if book.join(page).exists() {
+            problems.extend(check_page(&format!("http://127.0.0.1:{port}/{page}"), page).unwrap_or_else(|e| vec![e]));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+fn check_page(url: &str, page: &str) -> Result<Vec<String>> {
+    use headless_chrome::protocol::cdp::types::Event;
+    use headless_chrome::{Browser, LaunchOptions};
+    use std::ffi::OsStr;
+    use std::sync::{Arc, Mutex};
+
+    let chromium = setup::chromium_path().ok_or("chromium is not installed (cargo xtask setup --browser)")?;
+    let options = LaunchOptions {
+        path: Some(chromium),
+        sandbox: false,
+        window_size: Some((1200, 900)),
+        args: vec![
+            OsStr::new("--disable-gpu"),
+            OsStr::new("--disable-background-networking"),
+            OsStr::new("--disable-component-update"),
+            OsStr::new("--disable-sync"),
+            OsStr::new("--no-first-run"),
+            OsStr::new("--disable-quic"),
+        ],
+        ..Default::default()
+    };
+    let browser = Browser::new(options).map_err(|e| format!("cannot start chromium: {e}"))?;
+    let tab = browser.new_tab().map_err(|e| e.to_string())?;
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = errors.clone();
+    tab.enable_log().map_err(|e| e.to_string())?;
+    tab.enable_runtime().map_err(|e| e.to_string())?;
+    tab.add_event_listener(Arc::new(move |event: &Event| {
+        let message = match event {
+            Event::LogEntryAdded(entry) => {
+                let e = &entry.params.entry;
+                (format!("{:?}", e.level) == "Error").then(|| format!("console: {} {}", e.text, e.url.clone().unwrap_or_default()))
+            }
+            Event::RuntimeConsoleAPICalled(call) => {
+                (format!("{:?}", call.params.Type) == "Error").then(|| format!("console.error: {:?}", call.params.args.first().and_then(|a| a.value.clone())))
+            }
+            Event::RuntimeExceptionThrown(thrown) => Some(format!("exception: {}", thrown.params.exception_details.text)),
+            _ => None,
+        };
+        if let Some(message) = message {
+            sink.lock().unwrap().push(message);
+        }
+    }))
+    .map_err(|e| e.to_string())?;
+    tab.navigate_to(url).map_err(|e| e.to_string())?.wait_until_navigated().map_err(|e| e.to_string())?;
+    let probe = r#"(async () => {
+        await document.fonts.ready;
+        const imgs = [...document.querySelectorAll('main img')];
+        await Promise.all(imgs.map(i => i.complete ? 0 : new Promise(r => { i.onload = r; i.onerror = r; })));
+        return JSON.stringify({
+            katex: document.querySelectorAll('main .katex').length,
+            katexErrors: document.querySelectorAll('.katex-error').length,
+            katexFont: document.fonts.check('16px KaTeX_Main'),
+            katexFontLoaded: [...document.fonts].some(f => f.family.includes('KaTeX') && f.status === 'loaded'),
+            images: imgs.length,
+            brokenImages: imgs.filter(i => !(i.naturalWidth > 0)).map(i => i.getAttribute('src')),
+            codeBlocks: document.querySelectorAll('main pre code').length,
+            highlighted: document.querySelectorAll('main pre code .hljs-keyword').length,
+            title: document.title,
+        });
+    })()"#;
+    let value = tab.evaluate(probe, true).map_err(|e| e.to_string())?.value.ok_or("the page probe returned nothing")?;
+    let facts: BTreeMap<String, serde_json::Value> =
+        serde_json::from_str(value.as_str().unwrap_or("{}")).map_err(|e| e.to_string())?;
+    let screenshot = tab
+        .capture_screenshot(headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption::Png, None, None, true)
+        .map_err(|e| e.to_string())?;
+    let shot = root().join("target/book-check").join(page.replace(".html", ".png"));
+    std::fs::create_dir_all(shot.parent().unwrap()).map_err(|e| e.to_string())?;
+    std::fs::write(&shot, screenshot).map_err(|e| e.to_string())?;
+    eprintln!("  {page}: {}", serde_json::to_string(&facts).unwrap());
+    let mut problems = Vec::new();
+    let num = |k: &str| facts.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+    if page.starts_with("01") {
+        if num("katex") == 0 {
+            problems.push(format!("{page}: no rendered math"));
+        }
+        if num("images") == 0 {
+            problems.push(format!("{page}: no figures"));
+        }
+    }
+    if num("katex") > 0 && facts.get("katexFontLoaded") != Some(&serde_json::Value::Bool(true)) {
+        problems.push(format!("{page}: KaTeX fonts did not load"));
+    }
+    if num("katexErrors") > 0 {
+        problems.push(format!("{page}: {} KaTeX errors", num("katexErrors")));
+    }
+    if let Some(broken) = facts.get("brokenImages").and_then(|v| v.as_array()).filter(|b| !b.is_empty()) {
+        problems.push(format!("{page}: figures that did not load: {broken:?}"));
+    }
+    if num("codeBlocks") == 0 || num("highlighted") == 0 {
+        problems.push(format!("{page}: code blocks missing or not highlighted"));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    problems.extend(errors.lock().unwrap().iter().map(|e| format!("{page}: {e}")));
+    Ok(problems)
+}
+
+/// Exercises: every grading test must pass with the solutions and fail with the stubs.
+pub fn grade_exercises() -> Result<()> {
+    let outcome = |solutions: bool| -> Result<BTreeMap<String, bool>> {
+        let mut cmd = Command::new("cargo");
+        cmd.args(["test", "-p", "exercises", "--lib"]).current_dir(root());
+        if solutions {
+            cmd.args(["--features", "solutions"]);
+        }
+        let out = capture(&mut cmd)?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !text.contains("test result:") {
+            return Err(format!("the exercises did not build:\n{}", String::from_utf8_lossy(&out.stderr)));
+        }
+        Ok(text
+            .lines()
+            .filter_map(|line| {
+                let rest = line.strip_prefix("test ")?;
+                let (name, verdict) = rest.rsplit_once(" ... ")?;
+                Some((name.to_string(), verdict.trim() == "ok"))
+            })
+            .collect())
+    };
+    let with_solutions = outcome(true)?;
+    let with_stubs = outcome(false)?;
+    let mut problems = Vec::new();
+    if with_solutions.is_empty() {
+        problems.push("no exercise tests found".to_string());
+    }
+    for (name, ok) in &with_solutions {
+        if !ok {
+            problems.push(format!("{name} fails with the reference solutions"));
+        }
+        match with_stubs.get(name) {
+            Some(false) => {}
+            Some(true) => problems.push(format!("{name} passes with the stubs: it does not grade anything")),
+            None => problems.push(format!("{name} does not run with the stubs")),
+        }
+    }
+    eprintln!(
+        "  exercises: {} tests; solutions pass {}, stubs fail {}",
+        with_solutions.len(),
+        with_solutions.values().filter(|ok| **ok).count(),
+        with_stubs.values().filter(|ok| !**ok).count()
+    );
+    let _ = Path::new("");
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
