@@ -133,7 +133,7 @@ impl LineChart {
             root.fill(&WHITE).map_err(|err| err.to_string())?;
             let (x0, x1) = self.x_range;
             if self.log_x {
-                self.draw(&root, (x0..x1).log_scale())?;
+                self.draw(&root, (x0..x1).log_scale().with_key_points(log_ticks(x0, x1)))?;
             } else {
                 self.draw(&root, x0..x1)?;
             }
@@ -180,7 +180,7 @@ impl LineChart {
             .axis_style(GREY)
             .bold_line_style(GRID)
             .light_line_style(WHITE.mix(0.0)) // only one level of grid: less clutter
-            .x_label_formatter(&|v| tick_label(*v))
+            .x_label_formatter(&|v| if self.log_x { log_tick_label(*v) } else { tick_label(*v) })
             .y_label_formatter(&|v| tick_label(*v))
             .draw()
             .map_err(|err| err.to_string())?;
@@ -213,32 +213,61 @@ impl LineChart {
         Ok(())
     }
 
-    /// Put the legend in the corner of the plot that holds the fewest data
-    /// points, so that it hides as little of the data as possible. Ties go to
-    /// the first corner in a fixed order, which keeps the output stable.
+    /// Put the legend where it hides the least data: of eight spots along
+    /// the plot's edge, the one whose legend-sized patch holds the fewest
+    /// samples of the drawn lines. Ties go to the earlier spot in a fixed
+    /// order (corners first), which keeps the output stable.
     fn legend_corner(&self) -> SeriesLabelPosition {
-        // The legend covers roughly this fraction of the plot's width and height.
-        let longest = self.series.iter().map(|s| s.label.len()).max().unwrap_or(0) as f64;
-        let width = ((40.0 + 8.0 * longest) / 540.0).min(0.9);
-        let height = ((12.0 + 20.0 * self.series.len() as f64) / 300.0).min(0.9);
-        let corners = [
-            (SeriesLabelPosition::UpperRight, true, true),
-            (SeriesLabelPosition::UpperLeft, false, true),
-            (SeriesLabelPosition::LowerRight, true, false),
-            (SeriesLabelPosition::LowerLeft, false, false),
+        use SeriesLabelPosition::*;
+        // (spot, horizontal place, vertical place), 0 = left/bottom, 1 = right/top.
+        let spots = [
+            (UpperRight, 1.0, 1.0),
+            (UpperLeft, 0.0, 1.0),
+            (LowerRight, 1.0, 0.0),
+            (LowerLeft, 0.0, 0.0),
+            (UpperMiddle, 0.5, 1.0),
+            (LowerMiddle, 0.5, 0.0),
+            (MiddleRight, 1.0, 0.5),
+            (MiddleLeft, 0.0, 0.5),
         ];
-        let crowding = |right: bool, upper: bool| {
-            let points = self.series.iter().flat_map(|s| s.points.iter());
-            let in_corner = |&&(x, y): &&(f64, f64)| {
-                let (u, v) = self.unit_position(x, y);
-                let across = if right { u >= 1.0 - width } else { u <= width };
-                let up = if upper { v >= 1.0 - height } else { v <= height };
-                across && up
-            };
-            points.filter(in_corner).count()
+        let (width, height) = self.legend_extent();
+        let samples = self.line_samples();
+        let covered = |h: f64, v: f64| {
+            let (left, bottom) = (h * (1.0 - width), v * (1.0 - height));
+            let (across, up) = (left..=left + width, bottom..=bottom + height);
+            let inside = |(u, w): &&(f64, f64)| across.contains(u) && up.contains(w);
+            samples.iter().filter(inside).count()
         };
-        let best = corners.iter().min_by_key(|(_, right, upper)| crowding(*right, *upper));
-        best.map(|(corner, _, _)| corner.clone()).unwrap_or(SeriesLabelPosition::UpperRight)
+        let best = spots.iter().min_by_key(|(_, h, v)| covered(*h, *v));
+        best.map(|(spot, _, _)| spot.clone()).unwrap_or(UpperRight)
+    }
+
+    /// The legend box's rough width and height as fractions of the plot area
+    /// (about 556 x 300 pixels), from the same text-width rule plotters uses.
+    fn legend_extent(&self) -> (f64, f64) {
+        let longest = self.series.iter().map(|s| s.label.len()).max().unwrap_or(0) as f64;
+        let width = (60.0 + 7.0 * longest) / 556.0;
+        let height = (30.0 + 18.0 * self.series.len() as f64) / 300.0;
+        (width.min(1.0), height.min(1.0))
+    }
+
+    /// Points along every line in plot units, with extra points between the
+    /// data points so that steep, sparsely sampled segments count too.
+    fn line_samples(&self) -> Vec<(f64, f64)> {
+        const STEPS: usize = 16;
+        let mut samples = Vec::new();
+        for series in &self.series {
+            let units: Vec<(f64, f64)> = series.points.iter().map(|&(x, y)| self.unit_position(x, y)).collect();
+            for pair in units.windows(2) {
+                let ((u0, v0), (u1, v1)) = (pair[0], pair[1]);
+                for step in 0..STEPS {
+                    let t = step as f64 / STEPS as f64;
+                    samples.push((u0 + t * (u1 - u0), v0 + t * (v1 - v0)));
+                }
+            }
+            samples.extend(units.last());
+        }
+        samples
     }
 
     /// Where a data point sits in the plot, from (0, 0) bottom left to (1, 1) top right.
@@ -250,22 +279,51 @@ impl LineChart {
     }
 }
 
-/// The short line drawn next to a legend label; (x, y) is the right middle
-/// of its slot. The sample is a bare line even for series with markers:
-/// plotters' composed elements would tie the legend to a `'static` backend,
-/// and the colour alone already identifies the series.
+/// The short line drawn next to a legend label; plotters passes the left
+/// middle of the sample's slot, which is 30 pixels wide by default. It is a
+/// bare line even for series with markers: plotters' composed elements would
+/// tie the legend to a `'static` backend, and the colour alone already
+/// identifies the series.
 fn legend_sample(x: i32, y: i32, colour: RGBColor) -> PathElement<(i32, i32)> {
-    PathElement::new(vec![(x - 24, y), (x - 4, y)], colour.stroke_width(2))
+    PathElement::new(vec![(x, y), (x + 22, y)], colour.stroke_width(2))
 }
 
 /// Tick labels with at most three decimals and no trailing zeros: `0.25`,
-/// `10`, `0.001`. Plotters' default formatter prints floats such as `1e1`.
+/// `10`, `0.001`, so that every axis of the book prints numbers one way.
 pub fn tick_label(value: f64) -> String {
     let text = format!("{value:.3}");
     let text = text.trim_end_matches('0').trim_end_matches('.');
     match text {
         "-0" => "0".to_string(),
         other => other.to_string(),
+    }
+}
+
+/// Grid positions of a log axis: 1, 2, ..., 9 times each power of ten in
+/// range, or only the powers themselves when the range spans more than three
+/// decades. We list them ourselves because plotters' own list repeats every
+/// power of ten, which prints its label twice.
+pub fn log_ticks(low: f64, high: f64) -> Vec<f64> {
+    let (first, last) = (low.log10().floor() as i32, high.log10().ceil() as i32);
+    let multiples: &[f64] = if last - first > 3 { &[1.0] } else { &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0] };
+    let slack = 1e-9 * high;
+    let decades = (first..=last).map(|exponent| 10f64.powi(exponent));
+    let candidates = decades.flat_map(|power| multiples.iter().map(move |m| m * power));
+    candidates.filter(|&v| v >= low - slack && v <= high + slack).collect()
+}
+
+/// Labels for [`log_ticks`]: a label on every tick would crowd 7, 8, 9, 10
+/// together, so only 1, 2, 3 and 5 times a power of ten are labelled; the
+/// other ticks keep their grid line. Values below 0.001, which three
+/// decimals would print as 0, are written as `2e-5`.
+pub fn log_tick_label(value: f64) -> String {
+    let mantissa = value / 10f64.powf(value.log10().floor());
+    let nearest = mantissa.round();
+    let labelled = (mantissa - nearest).abs() < 1e-6 && [1.0, 2.0, 3.0, 5.0].contains(&nearest);
+    match (labelled, value < 1e-3) {
+        (false, _) => String::new(),
+        (true, true) => format!("{value:.0e}"),
+        (true, false) => tick_label(value),
     }
 }
 
@@ -299,6 +357,11 @@ mod tests {
         let bytes = std::fs::read(&first).unwrap();
         assert!(bytes.starts_with(b"<svg"));
         assert_eq!(bytes, std::fs::read(&second).unwrap());
+        for file in [&first, &second] {
+            std::fs::remove_file(file).unwrap();
+        }
+        // Only succeeds once the folder is empty; another test may still use it.
+        let _ = std::fs::remove_dir(first.parent().unwrap());
     }
 
     #[test]
@@ -347,5 +410,12 @@ mod tests {
         assert_eq!(tick_label(0.0), "0");
         assert_eq!(tick_label(-0.0001), "0");
         assert_eq!(tick_label(2.6e-3), "0.003");
+        let expected = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 20.0, 30.0, 40.0, 50.0];
+        assert_eq!(log_ticks(1.0, 50.0), expected);
+        assert_eq!(log_ticks(1.0, 1e5), [1.0, 10.0, 100.0, 1000.0, 1e4, 1e5]);
+        let labels: Vec<String> = [1.0, 3.0, 4.0, 9.0, 10.0, 30.0, 40.0, 50.0].map(log_tick_label).to_vec();
+        assert_eq!(labels, ["1", "3", "", "", "10", "30", "", "50"]);
+        assert_eq!(log_tick_label(3.0 * 1e-5), "3e-5");
+        assert_eq!(log_tick_label(0.02), "0.02");
     }
 }

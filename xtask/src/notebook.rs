@@ -16,8 +16,7 @@ pub fn path(chapter: &Chapter) -> PathBuf {
 /// The first code cell: load the library (and tch) into the kernel.
 fn preamble() -> String {
     [
-        "// Setup: load the book's library into the kernel (the first run compiles tch; later runs reuse the cache).",
-        ":cache 4096",
+        "// Setup: load the book's library (and tch) into the kernel; the first run compiles libtorch's bindings (minutes).",
         ":dep agentrl = { path = \"../agentrl\" }",
         ":dep tch = \"0.26\"",
     ]
@@ -121,6 +120,8 @@ pub fn execute(notebook: &Path, figures_dir: &Path) -> Result<Vec<String>> {
         .arg(notebook)
         .env("AGENTRL_FIGURES", figures_dir)
         .env("JUPYTER_PATH", setup::venv().join("share/jupyter"))
+        // one build folder for every notebook run, so tch is compiled once, not per kernel
+        .env("EVCXR_TMPDIR", root().join("target/evcxr"))
         .current_dir(notebook.parent().unwrap())
         .status()
         .map_err(|err| format!("could not start jupyter nbconvert: {err}"))?;

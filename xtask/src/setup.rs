@@ -106,7 +106,11 @@ fn book_tools() -> Result<()> {
         step(&format!("cargo install --locked mdbook@{MDBOOK} mdbook-katex@{MDBOOK_KATEX} (about 4 minutes)"));
         run(Command::new("cargo").args(["install", "--locked", &format!("mdbook@{MDBOOK}"), &format!("mdbook-katex@{MDBOOK_KATEX}")]))?;
     }
-    if missing("evcxr_jupyter", EVCXR) {
+    // evcxr_jupyter has no --version; ask cargo which version it installed.
+    let installed = capture(Command::new("cargo").args(["install", "--list"]))
+        .map(|out| String::from_utf8_lossy(&out.stdout).contains(&format!("evcxr_jupyter v{EVCXR}:")))
+        .unwrap_or(false);
+    if !installed || !bin.join("evcxr_jupyter").exists() {
         step(&format!("cargo install --locked evcxr_jupyter@{EVCXR} (about 8 minutes)"));
         run(Command::new("cargo").args(["install", "--locked", &format!("evcxr_jupyter@{EVCXR}")]))?;
     }
