@@ -38,4 +38,5 @@
 //! Prose exercises (design reviews, "what does this imply" questions) have no
 //! tests; their model answers are in `chapters/answers-NN.md`.
 
+pub mod ch00;
 pub mod ch01;

@@ -112,6 +112,10 @@ pub fn execute(notebook: &Path, figures_dir: &Path) -> Result<Vec<String>> {
     std::fs::create_dir_all(out_path.parent().unwrap()).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_dir_all(figures_dir);
     std::fs::create_dir_all(figures_dir).map_err(|e| e.to_string())?;
+    // Outside the repository: inside it, cargo would take evcxr's crate for a
+    // stray member of our workspace.
+    let evcxr_dir = std::env::temp_dir().join("agentrl-evcxr");
+    std::fs::create_dir_all(&evcxr_dir).map_err(|e| e.to_string())?;
     let status = Command::new(setup::venv().join("bin/jupyter-nbconvert"))
         .args(["--to", "notebook", "--execute", "--ExecutePreprocessor.timeout=1800"])
         .arg(format!("--ExecutePreprocessor.kernel_name={KERNEL}"))
@@ -121,7 +125,7 @@ pub fn execute(notebook: &Path, figures_dir: &Path) -> Result<Vec<String>> {
         .env("AGENTRL_FIGURES", figures_dir)
         .env("JUPYTER_PATH", setup::venv().join("share/jupyter"))
         // one build folder for every notebook run, so tch is compiled once, not per kernel
-        .env("EVCXR_TMPDIR", root().join("target/evcxr"))
+        .env("EVCXR_TMPDIR", &evcxr_dir)
         .current_dir(notebook.parent().unwrap())
         .status()
         .map_err(|err| format!("could not start jupyter nbconvert: {err}"))?;
