@@ -57,7 +57,10 @@ fn fence_of(line: &str) -> Option<(usize, &str)> {
 pub fn load(name: &str) -> Result<Chapter> {
     let path = root().join("chapters").join(format!("{name}.md"));
     let text = util::read(&path)?;
-    let lines: Vec<String> = text.lines().map(str::to_string).collect();
+    parse_lines(name, path, text.lines().map(str::to_string).collect())
+}
+
+fn parse_lines(name: &str, path: PathBuf, lines: Vec<String>) -> Result<Chapter> {
     let mut cells = Vec::new();
     let mut i = 0;
     // (ticks, info, first body line) of each fenced block in order
@@ -188,4 +191,45 @@ pub fn expand_includes(text: &str) -> Result<String> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Chapter {
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        parse_lines("test", PathBuf::from("test.md"), lines).unwrap()
+    }
+
+    const CHAPTER: &str = "# T\n\n```rust\nlet a = 1;\nprintln!(\"{a}\");\n```\n\n```text,output\nold\n```\n\nprose\n\n```rust\nlet b = 2;\n```\n\n```rust,ignore\nnot a cell\n```\n\n````markdown\n```rust\nnot a cell either\n```\n````\n";
+
+    #[test]
+    fn cells_and_their_outputs_are_found() {
+        let chapter = parse(CHAPTER);
+        assert_eq!(chapter.cells.len(), 2);
+        assert_eq!(chapter.cells[0].code, "let a = 1;\nprintln!(\"{a}\");");
+        assert_eq!(chapter.cells[0].line, 4);
+        assert_eq!(chapter.cells[0].output.as_ref().unwrap().0, "old");
+        assert!(chapter.cells[1].output.is_none());
+    }
+
+    #[test]
+    fn outputs_are_replaced_inserted_and_removed() {
+        let chapter = parse(CHAPTER);
+        let text = chapter.with_outputs(&["new\nlines".into(), "two".into()]);
+        assert!(text.contains("```rust\nlet a = 1;\nprintln!(\"{a}\");\n```\n\n```text,output\nnew\nlines\n```\n\nprose"));
+        assert!(text.contains("let b = 2;\n```\n\n```text,output\ntwo\n```\n\n```rust,ignore"));
+        let again = parse(&text).with_outputs(&["new\nlines".into(), "two".into()]);
+        assert_eq!(again, text, "refreshing twice changes nothing");
+        let removed = parse(&text).with_outputs(&[String::new(), String::new()]);
+        assert!(!removed.contains("text,output"));
+        assert_eq!(parse(&removed).cells.len(), 2);
+    }
+
+    #[test]
+    fn an_orphan_output_block_is_an_error() {
+        let lines = "text\n\n```text,output\nx\n```\n".lines().map(str::to_string).collect();
+        assert!(parse_lines("t", PathBuf::from("t.md"), lines).is_err());
+    }
 }

@@ -134,7 +134,7 @@ fn run_chapters(tally: &mut Tally) -> Result<Vec<(Chapter, Vec<String>)>> {
     let mut results = Vec::new();
     for chapter in chapters {
         let figures = scratch_figures(&chapter, "runner");
-        match runner::execute(&chapter, &figures) {
+        match runner::execute(&chapter, &figures, &[]) {
             Ok(run) => {
                 eprintln!("  chapter {} ran in {:.1} s", chapter.name, run.elapsed.as_secs_f64());
                 let mut problems = output_differences(&chapter, &run.outputs);
@@ -144,12 +144,40 @@ fn run_chapters(tally: &mut Tally) -> Result<Vec<(Chapter, Vec<String>)>> {
                 problems.extend(pinned_problems(&chapter, &run.outputs));
                 tally.check(&format!("chapter {}: outputs", chapter.name), problems);
                 tally.check(&format!("chapter {}: figures", chapter.name), figure_problems(&chapter, &figures));
+                tally.check(&format!("chapter {}: same outputs under a second setting", chapter.name), second_setting(&chapter, &run.outputs));
                 results.push((chapter, run.outputs));
             }
             Err(err) => tally.check(&format!("chapter {}: runs", chapter.name), vec![err]),
         }
     }
     Ok(results)
+}
+
+/// Run the chapter again with other CPU kernels (AVX2 instead of the pinned
+/// baseline) and two OpenMP threads: the printed outputs and figures must not move.
+/// This is the evidence that the book's numbers do not depend on the machine.
+fn second_setting(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
+    let figures = scratch_figures(chapter, "second-setting");
+    let overrides = [("ATEN_CPU_CAPABILITY", "avx2"), ("OMP_NUM_THREADS", "2"), ("MKL_NUM_THREADS", "2")];
+    match runner::execute(chapter, &figures, &overrides) {
+        Ok(run) => {
+            let mut problems: Vec<String> = chapter
+                .cells
+                .iter()
+                .zip(outputs.iter().zip(&run.outputs))
+                .filter(|(_, (a, b))| a != b)
+                .map(|(cell, (a, b))| format!("cell at chapters/{}.md line {} prints differently with AVX2 kernels / 2 threads:\n{}", chapter.name, cell.line, diff(a, b)))
+                .collect();
+            for name in list(&figures) {
+                let first = std::fs::read(scratch_figures(chapter, "runner").join(&name)).unwrap_or_default();
+                if std::fs::read(figures.join(&name)).unwrap_or_default() != first {
+                    problems.push(format!("figures/{name} differs with AVX2 kernels / 2 threads"));
+                }
+            }
+            problems
+        }
+        Err(err) => vec![err],
+    }
 }
 
 /// The notebook files must equal what the generator makes from the chapters now.
@@ -179,7 +207,7 @@ pub fn run_one(query: &str) -> Result<()> {
     setup::all(false)?;
     let chapter = chapter::find(query)?;
     runner::build(std::slice::from_ref(&chapter))?;
-    let run = runner::execute(&chapter, &scratch_figures(&chapter, "runner"))?;
+    let run = runner::execute(&chapter, &scratch_figures(&chapter, "runner"), &[])?;
     for (cell, out) in chapter.cells.iter().zip(&run.outputs) {
         println!("--- chapters/{}.md line {} ---\n{out}", chapter.name, cell.line);
     }
@@ -196,7 +224,7 @@ pub fn refresh(query: Option<&str>) -> Result<()> {
     runner::build(&chapters)?;
     for chapter in &chapters {
         let figures = scratch_figures(chapter, "runner");
-        let run = runner::execute(chapter, &figures)?;
+        let run = runner::execute(chapter, &figures, &[])?;
         let pins = pinned_problems(chapter, &run.outputs);
         if !pins.is_empty() {
             return Err(format!("refusing to refresh: {}", pins.join("; ")));

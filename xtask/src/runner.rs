@@ -79,13 +79,16 @@ pub struct Run {
     pub elapsed: Duration,
 }
 
-/// Run a built chapter, with figures going to `figures_dir`.
-pub fn execute(chapter: &Chapter, figures_dir: &Path) -> Result<Run> {
+/// Run a built chapter, with figures going to `figures_dir`; `overrides`
+/// replace variables of the book environment (for the second-setting check).
+pub fn execute(chapter: &Chapter, figures_dir: &Path, overrides: &[(&str, &str)]) -> Result<Run> {
     let exe = root().join("target/debug").join(bin_name(chapter));
     let _ = std::fs::remove_dir_all(figures_dir);
     std::fs::create_dir_all(figures_dir).map_err(|err| err.to_string())?;
     let start = Instant::now();
-    let out = util::capture(Command::new(&exe).envs(setup::book_env()).env("AGENTRL_FIGURES", figures_dir).current_dir(root()))?;
+    let out = util::capture(Command::new(&exe).envs(setup::book_env())
+        .envs(overrides.iter().copied())
+        .env("AGENTRL_FIGURES", figures_dir).current_dir(root()))?;
     let elapsed = start.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let mut outputs = vec![String::new(); chapter.cells.len()];
