@@ -453,19 +453,7 @@ mod tests {
 
     #[test]
     fn diagrams_are_byte_identical_across_runs() {
-        let dir = std::env::temp_dir().join(format!("agentrl-diagrams-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (first, second) = (dir.join("a.svg"), dir.join("b.svg"));
-        agentic_rl_loop(&first, &solver_transcript()).unwrap();
-        agentic_rl_loop(&second, &solver_transcript()).unwrap();
-        let bytes = std::fs::read(&first).unwrap();
-        assert!(bytes.starts_with(b"<svg"));
-        assert_eq!(bytes, std::fs::read(&second).unwrap());
-        for file in [&first, &second] {
-            std::fs::remove_file(file).unwrap();
-        }
-        // Only succeeds once the folder is empty; another test may still use it.
-        let _ = std::fs::remove_dir(first.parent().unwrap());
+        crate::plot::tests::assert_same_svg_twice("diagram", |path| agentic_rl_loop(path, &solver_transcript()).unwrap());
     }
 
     #[test]

@@ -328,7 +328,7 @@ pub fn log_tick_label(value: f64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// p^H for a few p: the shape chapter 1 draws on a log axis.
@@ -349,11 +349,12 @@ mod tests {
         dir.join(name)
     }
 
-    #[test]
-    fn plot_is_byte_identical_across_runs() {
-        let (first, second) = (temp_file("a.svg"), temp_file("b.svg"));
-        success_chart().save_svg(&first).unwrap();
-        success_chart().save_svg(&second).unwrap();
+    /// Draw a figure twice into files and check the SVG bytes are equal
+    /// (shared with the diagram tests).
+    pub(crate) fn assert_same_svg_twice(tag: &str, draw: impl Fn(&std::path::Path)) {
+        let (first, second) = (temp_file(&format!("{tag}-a.svg")), temp_file(&format!("{tag}-b.svg")));
+        draw(&first);
+        draw(&second);
         let bytes = std::fs::read(&first).unwrap();
         assert!(bytes.starts_with(b"<svg"));
         assert_eq!(bytes, std::fs::read(&second).unwrap());
@@ -362,6 +363,11 @@ mod tests {
         }
         // Only succeeds once the folder is empty; another test may still use it.
         let _ = std::fs::remove_dir(first.parent().unwrap());
+    }
+
+    #[test]
+    fn plot_is_byte_identical_across_runs() {
+        assert_same_svg_twice("plot", |path| success_chart().save_svg(path).unwrap());
     }
 
     #[test]

@@ -38,5 +38,25 @@
 //! Prose exercises (design reviews, "what does this imply" questions) have no
 //! tests; their model answers are in `chapters/answers-NN.md`.
 
+/// A chapter module's files: `stubs.rs`, or `solutions.rs` when the
+/// `solutions` feature is on (both with the same public signatures), and the
+/// grading tests in `tests.rs`. Each `chNN/mod.rs` calls this once.
+macro_rules! exercise_files {
+    () => {
+        #[cfg(not(feature = "solutions"))]
+        #[path = "stubs.rs"]
+        mod answers;
+
+        #[cfg(feature = "solutions")]
+        #[path = "solutions.rs"]
+        mod answers;
+
+        pub use answers::*;
+
+        #[cfg(test)]
+        mod tests;
+    };
+}
+
 pub mod ch00;
 pub mod ch01;

@@ -10,18 +10,7 @@
 
 use tch::{Kind, Tensor};
 
-#[cfg(not(feature = "solutions"))]
-#[path = "stubs.rs"]
-mod answers;
-
-#[cfg(feature = "solutions")]
-#[path = "solutions.rs"]
-mod answers;
-
-pub use answers::*;
-
-#[cfg(test)]
-mod tests;
+exercise_files!();
 
 /// The example of Section 0.6: two sequences of three tokens over a
 /// vocabulary of three.

@@ -4,15 +4,4 @@
 //! The functions below come from `stubs.rs`, or from `solutions.rs` when the
 //! `solutions` feature is on; both files have the same public signatures.
 
-#[cfg(not(feature = "solutions"))]
-#[path = "stubs.rs"]
-mod answers;
-
-#[cfg(feature = "solutions")]
-#[path = "solutions.rs"]
-mod answers;
-
-pub use answers::*;
-
-#[cfg(test)]
-mod tests;
+exercise_files!();
