@@ -86,6 +86,14 @@ fn figure_problems(chapter: &Chapter, produced_dir: &Path) -> Vec<String> {
     problems
 }
 
+/// Copy the figures a run drew into figures/.
+fn copy_figures(drawn: &Path) -> Result<()> {
+    for name in list(drawn) {
+        std::fs::copy(drawn.join(&name), root().join("figures").join(&name)).map_err(|e| format!("cannot write figures/{name}: {e}"))?;
+    }
+    Ok(())
+}
+
 fn list(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|entries| entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
@@ -128,7 +136,9 @@ impl Tally {
 }
 
 /// Run all chapters once; returns (chapter, outputs) and records checks.
-fn run_chapters(tally: &mut Tally) -> Result<Vec<(Chapter, Vec<String>)>> {
+/// With `write_figures` (the `book` command) the figures each run draws are
+/// written to figures/; otherwise (the `test` command) they must equal it.
+fn run_chapters(tally: &mut Tally, write_figures: bool) -> Result<Vec<(Chapter, Vec<String>)>> {
     let chapters = chapter::all()?;
     runner::build(&chapters)?;
     let mut results = Vec::new();
@@ -143,6 +153,9 @@ fn run_chapters(tally: &mut Tally) -> Result<Vec<(Chapter, Vec<String>)>> {
                 }
                 problems.extend(pinned_problems(&chapter, &run.outputs));
                 tally.check(&format!("chapter {}: outputs", chapter.name), problems);
+                if write_figures {
+                    tally.result(&format!("chapter {}: figures written", chapter.name), copy_figures(&figures));
+                }
                 tally.check(&format!("chapter {}: figures", chapter.name), figure_problems(&chapter, &figures));
                 tally.check(&format!("chapter {}: same outputs under a second setting", chapter.name), second_setting(&chapter, &run.outputs));
                 results.push((chapter, run.outputs));
@@ -230,9 +243,7 @@ pub fn refresh(query: Option<&str>) -> Result<()> {
             return Err(format!("refusing to refresh: {}", pins.join("; ")));
         }
         util::write(&chapter.path, &chapter.with_outputs(&run.outputs))?;
-        for name in list(&figures) {
-            std::fs::copy(figures.join(&name), root().join("figures").join(&name)).map_err(|e| e.to_string())?;
-        }
+        copy_figures(&figures)?;
         eprintln!("refreshed {} ({:.1} s)", chapter.name, run.elapsed.as_secs_f64());
     }
     notebooks()
@@ -243,14 +254,13 @@ pub fn book(serve: bool) -> Result<()> {
     setup::all(false)?;
     let mut tally = Tally::default();
     step("running every written chapter");
-    let results = run_chapters(&mut tally)?;
+    run_chapters(&mut tally, true)?;
     step("regenerating notebooks");
     notebooks()?;
     step("building the HTML book");
     tally.result("mdBook build", site::build());
     let outcome = tally.finish();
     eprintln!("book built in {}: open {}", secs(start), root().join("book/index.html").display());
-    let _ = results;
     outcome?;
     if serve {
         site::serve(3000)?;
@@ -271,7 +281,7 @@ pub fn test(jupyter: bool) -> Result<()> {
 
     let t = Instant::now();
     step("chapters: run, compare outputs, pinned figures, figures up to date");
-    let results = run_chapters(&mut tally)?;
+    let results = run_chapters(&mut tally, false)?;
     times.insert("chapters", secs(t));
 
     let t = Instant::now();
