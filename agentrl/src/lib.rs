@@ -12,10 +12,22 @@
 //! | [`episode`] | 1 | the call parser, the environment step, scripted and random episodes |
 //! | [`plot`] | 1 | line charts for the book's data figures |
 //! | [`diagrams`] | 1 | Figure 1.1, the agentic RL loop and the token strip |
+//! | [`mdp`] | 2 | the repair MDP; policy evaluation, value and policy iteration, Monte Carlo, Q-learning |
+//! | [`bandit`] | 2 | the k-armed bandit: xi-greedy, UCB, gradient bandit |
+//! | [`pomdp`] | 2 | the hidden-family POMDP: beliefs and the value of `test` |
+//! | [`runner`] | 4 | the sandboxed test runners: wall clock, output limits, compile cache, child processes under OS limits |
+//! | [`gym`] | 4 | the BugFix gym: tasks as data, eight bug families, generation, the split, the environment |
+//! | [`policies`] | 4 | scripted policies (oracle, hacker, random) and the episode loop |
 
+pub mod bandit;
 pub mod book;
 pub mod clamp;
 pub mod diagrams;
 pub mod episode;
+pub mod gym;
+pub mod mdp;
 pub mod plot;
+pub mod policies;
+pub mod pomdp;
+pub mod runner;
 pub mod sandbox;

@@ -66,21 +66,26 @@ pub struct Sandbox {
 }
 
 // ANCHOR: sandbox
+/// A Rhai engine under `limits`: no modules, no console, Python-like `min`/`max`.
+pub fn limited_engine(limits: Limits) -> Engine {
+    let mut engine = Engine::new();
+    engine
+        .set_max_operations(limits.max_operations)
+        .set_max_call_levels(limits.max_call_depth)
+        .set_max_expr_depths(64, 32)
+        .set_max_string_size(limits.max_string_len)
+        .set_max_array_size(limits.max_collection_len)
+        .set_max_map_size(limits.max_collection_len)
+        .set_max_modules(0) // no `import`: a script sees nothing outside itself
+        .set_strict_variables(true);
+    engine.on_print(|_| {}).on_debug(|_, _, _| {}); // a script cannot write to our console
+    register_python_min_max(&mut engine);
+    engine
+}
+
 impl Sandbox {
     pub fn new(limits: Limits) -> Self {
-        let mut engine = Engine::new();
-        engine
-            .set_max_operations(limits.max_operations)
-            .set_max_call_levels(limits.max_call_depth)
-            .set_max_expr_depths(64, 32)
-            .set_max_string_size(limits.max_string_len)
-            .set_max_array_size(limits.max_collection_len)
-            .set_max_map_size(limits.max_collection_len)
-            .set_max_modules(0) // no `import`: a script sees nothing outside itself
-            .set_strict_variables(true);
-        engine.on_print(|_| {}).on_debug(|_, _, _| {}); // a script cannot write to our console
-        register_python_min_max(&mut engine);
-        Sandbox { engine }
+        Sandbox { engine: limited_engine(limits) }
     }
 
     /// The sandbox shared by everything in Chapter 1 (default limits).

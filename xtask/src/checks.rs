@@ -32,6 +32,8 @@ const PINNED: &[(&str, &[&str])] = &[
             "= 0.992",
         ],
     ),
+    // The repair MDP must reproduce the random agent's exact rates derived in Chapter 1.
+    ("02-rl-fundamentals", &["P(success) = 0.1685, P(hacked) = 0.1437"]),
 ];
 
 fn scratch_figures(chapter: &Chapter, kind: &str) -> PathBuf {

@@ -1,0 +1,459 @@
+//! Chapter 4: the sandboxed test runners of the BugFix gym.
+//!
+//! Chapter 1's [`Sandbox`](crate::sandbox::Sandbox) bounds what a script may
+//! do (operations, call depth, string and array sizes). [`Guarded`] adds what
+//! a gym needs on top: a wall clock checked from Rhai's progress callback, a
+//! limit on printed output and on the length of a reported result, and a cache
+//! of compiled sources keyed by their text. [`ProcessRunner`] runs the same
+//! code in a child process under operating-system limits (CPU time, address
+//! space, wall clock), for when a bug in the interpreter itself must not take
+//! the trainer down. Both implement [`TestRunner`] and report every outcome,
+//! however hostile the source, as `PASS`/`FAIL` lines.
+
+use crate::sandbox::{limited_engine, same_value, Limits, TestLine};
+use rhai::{Dynamic, Engine, EvalAltResult, Scope, AST};
+use serde::{Deserialize, Serialize};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+/// One test as data: a call expression and the value it must return, both Rhai text.
+///
+/// Chapter 1's [`TestCase`](crate::sandbox::TestCase) holds `&'static str`
+/// constants; generated tasks need owned strings that can be serialised.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Test {
+    pub call: String,
+    pub expected: String,
+}
+
+impl Test {
+    pub fn new(call: impl Into<String>, expected: impl Into<String>) -> Self {
+        Test { call: call.into(), expected: expected.into() }
+    }
+}
+
+impl From<&crate::sandbox::TestCase> for Test {
+    fn from(case: &crate::sandbox::TestCase) -> Self {
+        Test::new(case.call, case.expected)
+    }
+}
+
+/// Anything that turns a source and its tests into one line per test.
+pub trait TestRunner: Send + Sync {
+    fn run(&self, source: &str, tests: &[Test]) -> Vec<TestLine>;
+}
+
+// ANCHOR: run_limits
+/// Limits of one test run: Chapter 1's script limits plus a clock and output caps.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunLimits {
+    /// Operations per call; 0 means no limit (the wall clock still applies).
+    pub max_operations: u64,
+    pub max_call_depth: usize,
+    pub max_string_len: usize,
+    pub max_collection_len: usize,
+    /// Wall-clock time per call, checked every 64 operations.
+    pub wall_clock_ms: u64,
+    /// Bytes a script may `print` per call before it is stopped.
+    pub max_output_bytes: usize,
+    /// Characters of a result shown in a test line; longer results are cut.
+    pub max_result_chars: usize,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        let script = Limits::default();
+        RunLimits {
+            max_operations: script.max_operations,
+            max_call_depth: script.max_call_depth,
+            max_string_len: script.max_string_len,
+            max_collection_len: script.max_collection_len,
+            wall_clock_ms: 100,
+            max_output_bytes: 4_096,
+            max_result_chars: 80,
+        }
+    }
+}
+// ANCHOR_END: run_limits
+
+thread_local! {
+    /// When the current call must stop, and how much it has printed so far.
+    /// Thread-local, so one engine can serve several threads at once.
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+    static PRINTED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A Rhai engine with Chapter 1's limits, a wall clock, output limits and a compile cache.
+pub struct Guarded {
+    engine: Engine,
+    limits: RunLimits,
+    programs: Mutex<HashMap<String, Result<Arc<AST>, String>>>,
+}
+
+// ANCHOR: guarded
+impl Guarded {
+    pub fn new(limits: RunLimits) -> Self {
+        let script_limits = Limits {
+            max_operations: limits.max_operations,
+            max_call_depth: limits.max_call_depth,
+            max_string_len: limits.max_string_len,
+            max_collection_len: limits.max_collection_len,
+        };
+        // Chapter 1's engine; the callbacks below replace its silent print/debug.
+        let mut engine = limited_engine(script_limits);
+        let max_output = limits.max_output_bytes;
+        // `print` and `debug` only count bytes; nothing reaches our console.
+        engine.on_print(move |text| PRINTED.set(PRINTED.get().saturating_add(text.len() + 1)));
+        engine.on_debug(move |text, _, _| PRINTED.set(PRINTED.get().saturating_add(text.len() + 1)));
+        // Called before every operation: stop on the clock or on too much output.
+        engine.on_progress(move |ops| {
+            if PRINTED.get() > max_output {
+                return Some(Dynamic::from(format!("output limit of {max_output} bytes exceeded")));
+            }
+            if ops % 64 == 0 && DEADLINE.get().is_some_and(|deadline| Instant::now() >= deadline) {
+                return Some(Dynamic::from(format!("wall-clock limit of {} ms exceeded", limits.wall_clock_ms)));
+            }
+            None
+        });
+        Guarded { engine, limits, programs: Mutex::new(HashMap::new()) }
+    }
+
+    /// The runner the gym uses by default (default limits), shared by all threads.
+    pub fn shared() -> &'static Guarded {
+        static SHARED: LazyLock<Guarded> = LazyLock::new(|| Guarded::new(RunLimits::default()));
+        &SHARED
+    }
+
+    pub fn limits(&self) -> RunLimits {
+        self.limits
+    }
+
+    /// Compile once per distinct source text; later calls get the cached tree.
+    pub fn compile(&self, source: &str) -> Result<Arc<AST>, String> {
+        let mut programs = self.programs.lock().unwrap_or_else(|poison| poison.into_inner());
+        if let Some(found) = programs.get(source) {
+            return found.clone();
+        }
+        let compiled = self.engine.compile(source).map(Arc::new).map_err(|err| err.to_string());
+        programs.insert(source.to_string(), compiled.clone());
+        compiled
+    }
+
+    /// How many distinct sources have been compiled.
+    pub fn cached_programs(&self) -> usize {
+        self.programs.lock().map(|programs| programs.len()).unwrap_or(0)
+    }
+
+    /// Evaluate one expression against a program under the clock and output limits.
+    pub fn call(&self, program: &AST, call: &str) -> Result<Dynamic, String> {
+        let expr = self.engine.compile_expression(call).map_err(|err| err.to_string())?;
+        let merged = program.merge(&expr);
+        DEADLINE.set(Some(Instant::now() + Duration::from_millis(self.limits.wall_clock_ms)));
+        PRINTED.set(0);
+        let result = self.engine.eval_ast_with_scope::<Dynamic>(&mut Scope::new(), &merged);
+        DEADLINE.set(None);
+        result.map_err(|err| match *err {
+            EvalAltResult::ErrorTerminated(reason, _) => reason.to_string(),
+            other => other.to_string(),
+        })
+    }
+}
+// ANCHOR_END: guarded
+
+// ANCHOR: guarded_run
+impl TestRunner for Guarded {
+    fn run(&self, source: &str, tests: &[Test]) -> Vec<TestLine> {
+        let program = match self.compile(source) {
+            Ok(program) => program,
+            Err(err) => return vec![TestLine { passed: false, text: format!("FAIL load error: {err}") }],
+        };
+        tests
+            .iter()
+            .map(|test| {
+                let (passed, got) = match (self.call(&program, &test.call), self.call(&AST::empty(), &test.expected)) {
+                    (Ok(value), Ok(expected)) => (same_value(&value, &expected), value.to_string()),
+                    (Err(err), _) => (false, format!("error: {err}")),
+                    (_, Err(err)) => (false, format!("bad expectation: {err}")),
+                };
+                let got = shorten(&got, self.limits.max_result_chars);
+                let verdict = if passed { "PASS" } else { "FAIL" };
+                TestLine { passed, text: format!("{verdict} {} -> {got}", test.call) }
+            })
+            .collect()
+    }
+}
+// ANCHOR_END: guarded_run
+
+/// At most `max` characters of `text`, with `...` marking a cut.
+pub fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_string(),
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+    }
+}
+
+/// What the parent sends the child: a source, its tests and the in-process limits.
+#[derive(Serialize, Deserialize)]
+struct Request {
+    source: String,
+    tests: Vec<Test>,
+    limits: RunLimits,
+}
+
+/// What the child sends back: one `(passed, text)` per line.
+#[derive(Serialize, Deserialize)]
+struct Reply {
+    lines: Vec<(bool, String)>,
+}
+
+// ANCHOR: process_runner
+/// Runs each request in a fresh child process under OS limits.
+///
+/// The child is the `sandbox-child` binary of this crate, which calls
+/// [`child_main`]: it reads one JSON request from stdin, runs it with
+/// [`Guarded`] and writes one JSON reply to stdout.
+#[derive(Clone, Debug)]
+pub struct ProcessRunner {
+    pub exe: PathBuf,
+    /// Limits applied inside the child (the same as in process).
+    pub limits: RunLimits,
+    /// RLIMIT_CPU: seconds of CPU time before the kernel kills the child.
+    pub cpu_seconds: u64,
+    /// RLIMIT_AS: bytes of address space the child may map.
+    pub memory_bytes: u64,
+    /// Wall clock enforced by the parent, which kills a child that overstays.
+    pub wall_clock: Duration,
+    /// Bytes of the child's stdout the parent reads at most.
+    pub max_reply_bytes: u64,
+}
+
+impl ProcessRunner {
+    pub fn new(exe: impl Into<PathBuf>) -> Self {
+        ProcessRunner {
+            exe: exe.into(),
+            limits: RunLimits::default(),
+            cpu_seconds: 2,
+            memory_bytes: 1 << 30,
+            wall_clock: Duration::from_secs(2),
+            max_reply_bytes: 1 << 20,
+        }
+    }
+
+    fn fail(&self, why: String) -> Vec<TestLine> {
+        vec![TestLine { passed: false, text: format!("FAIL runner error: {why}") }]
+    }
+}
+
+impl TestRunner for ProcessRunner {
+    fn run(&self, source: &str, tests: &[Test]) -> Vec<TestLine> {
+        let request = Request { source: source.to_string(), tests: tests.to_vec(), limits: self.limits };
+        let request = serde_json::to_vec(&request).expect("a request serialises");
+        let (cpu, memory) = (self.cpu_seconds, self.memory_bytes);
+        let mut command = Command::new(&self.exe);
+        command.env_clear().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        set_os_limits(&mut command, cpu, memory);
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(err) => return self.fail(format!("cannot start {}: {err}", self.exe.display())),
+        };
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let writer = std::thread::spawn(move || stdin.write_all(&request));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let limit = self.max_reply_bytes;
+        let reader = std::thread::spawn(move || {
+            let mut reply = Vec::new();
+            stdout.take(limit).read_to_end(&mut reply).map(|_| reply)
+        });
+        let deadline = Instant::now() + self.wall_clock;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Ok(status),
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break Err(format!("killed after the wall-clock limit of {} ms", self.wall_clock.as_millis()));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_micros(100)),
+                Err(err) => break Err(err.to_string()),
+            }
+        };
+        let _ = writer.join();
+        let reply = reader.join().map_err(|_| "reader panicked".to_string()).and_then(|r| r.map_err(|e| e.to_string()));
+        let status = match status {
+            Ok(status) => status,
+            Err(why) => return self.fail(why),
+        };
+        if !status.success() {
+            return self.fail(describe_exit(status));
+        }
+        match reply.and_then(|bytes| serde_json::from_slice::<Reply>(&bytes).map_err(|err| err.to_string())) {
+            Ok(reply) => reply.lines.into_iter().map(|(passed, text)| TestLine { passed, text }).collect(),
+            Err(err) => self.fail(format!("unreadable reply: {err}")),
+        }
+    }
+}
+// ANCHOR_END: process_runner
+
+// ANCHOR: os_limits
+/// CPU seconds and address space for the child, set between fork and exec.
+#[cfg(unix)]
+fn set_os_limits(command: &mut Command, cpu_seconds: u64, memory_bytes: u64) {
+    use std::os::unix::process::CommandExt;
+    let limit = |resource, value: u64| {
+        // The hard limit one above the soft one: at the soft limit the kernel
+        // sends SIGXCPU (a named cause), at the hard one SIGKILL.
+        let bound = libc::rlimit { rlim_cur: value as libc::rlim_t, rlim_max: value.saturating_add(1) as libc::rlim_t };
+        // SAFETY: setrlimit is async-signal-safe and only touches the child.
+        if unsafe { libc::setrlimit(resource, &bound) } == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    };
+    // SAFETY: the closure runs in the forked child and calls only setrlimit.
+    unsafe {
+        command.pre_exec(move || {
+            limit(libc::RLIMIT_CPU, cpu_seconds)?;
+            limit(libc::RLIMIT_AS, memory_bytes)?;
+            limit(libc::RLIMIT_CORE, 0)
+        });
+    }
+}
+// ANCHOR_END: os_limits
+
+#[cfg(not(unix))]
+fn set_os_limits(_command: &mut Command, _cpu_seconds: u64, _memory_bytes: u64) {}
+
+fn describe_exit(status: std::process::ExitStatus) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            let name = match signal {
+                libc::SIGXCPU => "SIGXCPU, the CPU-time limit",
+                libc::SIGKILL => "SIGKILL",
+                libc::SIGSEGV => "SIGSEGV",
+                libc::SIGABRT => "SIGABRT",
+                _ => "a signal",
+            };
+            return format!("child killed by {name} ({signal})");
+        }
+    }
+    format!("child exited with {status}")
+}
+
+/// The child side of [`ProcessRunner`]: one request on stdin, one reply on stdout.
+pub fn child_main() {
+    let mut input = String::new();
+    if std::io::stdin().take(16 << 20).read_to_string(&mut input).is_err() {
+        std::process::exit(2);
+    }
+    let request: Request = match serde_json::from_str(&input) {
+        Ok(request) => request,
+        Err(_) => std::process::exit(3),
+    };
+    let lines = Guarded::new(request.limits).run(&request.source, &request.tests);
+    let reply = Reply { lines: lines.into_iter().map(|line| (line.passed, line.text)).collect() };
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer(&mut out, &reply);
+    let _ = out.flush();
+}
+
+/// Sources that would hang, crash or flood an unprotected runner, by name.
+pub const HOSTILE_SOURCES: &[(&str, &str)] = &[
+    ("infinite loop", "fn f(x){\n    loop { x += 1; }\n}\n"),
+    ("deep recursion", "fn f(x){\n    f(x + 1)\n}\n"),
+    ("huge string", "fn f(x){\n    let s = \"ab\";\n    loop { s += s; }\n}\n"),
+    ("huge array", "fn f(x){\n    let a = [];\n    loop { a.push(x); }\n}\n"),
+    ("type error", "fn f(x){\n    x + \"one\" - 1\n}\n"),
+    ("syntax error", "fn f(x){\n    x +\n}\n"),
+    ("huge output", "fn f(x){\n    let s = \"spam \";\n    for i in 0..8 { s += s; }\n    loop { print(s); }\n}\n"),
+    ("long result", "fn f(x){\n    let a = [];\n    a.pad(500, x);\n    a\n}\n"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one() -> Vec<Test> {
+        vec![Test::new("f(1)", "1")]
+    }
+
+    fn hostile(name: &str) -> &'static str {
+        HOSTILE_SOURCES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s).unwrap()
+    }
+
+    #[test]
+    fn a_correct_source_passes() {
+        let lines = Guarded::shared().run("fn f(x){ x }", &[Test::new("f(1)", "1"), Test::new("f(2)", "3")]);
+        assert_eq!(lines[0].text, "PASS f(1) -> 1");
+        assert_eq!(lines[1].text, "FAIL f(2) -> 2");
+    }
+
+    #[test]
+    fn every_hostile_source_is_a_fail_line() {
+        for (name, source) in HOSTILE_SOURCES {
+            let lines = Guarded::shared().run(source, &one());
+            assert_eq!(lines.len(), 1, "{name}");
+            assert!(lines[0].text.starts_with("FAIL "), "{name}: {}", lines[0].text);
+            assert!(!lines[0].passed, "{name}");
+        }
+    }
+
+    #[test]
+    fn each_hostile_source_fails_for_its_own_reason() {
+        let text = |name| Guarded::shared().run(hostile(name), &one())[0].text.clone();
+        assert!(text("infinite loop").contains("error: Too many operations"), "{}", text("infinite loop"));
+        assert!(text("deep recursion").contains("Stack overflow"), "{}", text("deep recursion"));
+        assert!(text("huge string").contains("Length of string too large"), "{}", text("huge string"));
+        assert!(text("huge array").contains("Size of array/BLOB too large"), "{}", text("huge array"));
+        assert!(text("type error").contains("error: Function not found"), "{}", text("type error"));
+        assert!(text("syntax error").starts_with("FAIL load error:"), "{}", text("syntax error"));
+        assert_eq!(text("huge output"), "FAIL f(1) -> error: output limit of 4096 bytes exceeded");
+        let long = text("long result");
+        assert!(long.starts_with("FAIL f(1) -> [1, 1, 1") && long.ends_with("..."), "{long}");
+        assert_eq!(long.chars().count(), "FAIL f(1) -> ".len() + 80 + 3);
+    }
+
+    #[test]
+    fn the_wall_clock_stops_a_loop_that_the_operation_limit_would_not() {
+        let limits = RunLimits { max_operations: 0, wall_clock_ms: 20, ..RunLimits::default() };
+        let lines = Guarded::new(limits).run(hostile("infinite loop"), &one());
+        assert_eq!(lines[0].text, "FAIL f(1) -> error: wall-clock limit of 20 ms exceeded");
+    }
+
+    #[test]
+    fn compiled_sources_are_cached_by_text() {
+        let runner = Guarded::new(RunLimits::default());
+        for _ in 0..3 {
+            runner.run("fn f(x){ x }", &one());
+            runner.run("fn f(x){ x + 0 }", &one());
+            runner.run("fn f(x){ x +", &one());
+        }
+        assert_eq!(runner.cached_programs(), 3);
+    }
+
+    #[test]
+    fn scripts_see_no_files_and_no_modules() {
+        let lines = Guarded::shared().run("import \"std\" as s;\nfn f(x){ x }", &one());
+        assert!(!lines[0].passed, "{}", lines[0].text);
+        let lines = Guarded::shared().run("fn f(x){ open_file(\"/etc/passwd\") }", &one());
+        assert!(lines[0].text.starts_with("FAIL f(1) -> error: Function not found"), "{}", lines[0].text);
+    }
+
+    #[test]
+    fn results_are_shortened_by_characters() {
+        assert_eq!(shorten("abcdef", 3), "abc...");
+        assert_eq!(shorten("abc", 3), "abc");
+        assert_eq!(shorten("ééé", 2), "éé...");
+    }
+
+    #[test]
+    fn a_missing_child_binary_is_a_fail_line() {
+        let runner = ProcessRunner::new("/nonexistent/sandbox-child");
+        let lines = runner.run("fn f(x){ x }", &one());
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].text.starts_with("FAIL runner error: cannot start"), "{}", lines[0].text);
+    }
+}
