@@ -137,9 +137,8 @@ pub fn book_env() -> Vec<(String, String)> {
 /// The Jupyter kernel "Rust (agentrl)": evcxr with the libtorch paths in its environment.
 fn kernelspec() -> Result<()> {
     let dir = venv().join("share/jupyter/kernels").join(KERNEL);
-    let env: serde_json::Map<String, serde_json::Value> =
-        book_env().into_iter().filter(|(k, _)| k != "LD_LIBRARY_PATH").map(|(k, v)| (k, v.into())).collect();
-    let mut env = env;
+    let mut env: serde_json::Map<String, serde_json::Value> = book_env().into_iter().map(|(k, v)| (k, v.into())).collect();
+    // The kernel gets libtorch alone on its library path, not this shell's.
     env.insert("LD_LIBRARY_PATH".into(), libtorch().join("lib").display().to_string().into());
     let spec = serde_json::json!({
         "argv": [cargo_bin().join("evcxr_jupyter").display().to_string(), "--control_file", "{connection_file}"],
