@@ -19,6 +19,7 @@
 //! | [`gym`] | 4 | the BugFix gym: tasks as data, eight bug families, generation, the split, the environment |
 //! | [`policies`] | 4 | scripted policies (oracle, hacker, random) and the episode loop |
 
+pub mod agent;
 pub mod bandit;
 pub mod book;
 pub mod clamp;
@@ -29,5 +30,8 @@ pub mod mdp;
 pub mod plot;
 pub mod policies;
 pub mod pomdp;
+pub mod pretrain;
 pub mod runner;
 pub mod sandbox;
+pub mod tinyagent;
+pub mod tokenizer;

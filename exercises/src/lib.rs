@@ -61,4 +61,5 @@ macro_rules! exercise_files {
 pub mod ch00;
 pub mod ch01;
 pub mod ch02;
+pub mod ch03;
 pub mod ch04;

@@ -36,6 +36,28 @@ const PINNED: &[(&str, &[&str])] = &[
     ("02-rl-fundamentals", &["P(success) = 0.1685, P(hacked) = 0.1437"]),
 ];
 
+/// Goals that an issue sets for a printed number: (chapter, the text just
+/// before the number, the text just after it, the least value allowed). A
+/// refresh may move the number but not below its goal.
+const GOALS: &[(&str, &str, &str, f64)] = &[
+    // The base model must speak the action grammar.
+    ("03-language-models-as-policies", " calls: ", "% parse", 95.0),
+];
+
+fn goal_problems(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
+    let all = outputs.join("\n");
+    let mut problems = Vec::new();
+    for (_, before, after, least) in GOALS.iter().filter(|(name, ..)| *name == chapter.name) {
+        let value = all.split(before).nth(1).and_then(|rest| rest.split(after).next()).and_then(|number| number.trim().parse::<f64>().ok());
+        match value {
+            Some(value) if value >= *least => {}
+            Some(value) => problems.push(format!("chapter {}: {before}{value}{after} is below its goal of {least}", chapter.name)),
+            None => problems.push(format!("chapter {}: no number between {before:?} and {after:?} in the output", chapter.name)),
+        }
+    }
+    problems
+}
+
 fn scratch_figures(chapter: &Chapter, kind: &str) -> PathBuf {
     root().join("target/figures-check").join(kind).join(&chapter.name)
 }
@@ -154,12 +176,17 @@ fn run_chapters(tally: &mut Tally, write_figures: bool) -> Result<Vec<(Chapter, 
                     problems.push(format!("(if the change is intended: cargo xtask refresh {})", chapter.name));
                 }
                 problems.extend(pinned_problems(&chapter, &run.outputs));
+                problems.extend(goal_problems(&chapter, &run.outputs));
                 tally.check(&format!("chapter {}: outputs", chapter.name), problems);
                 if write_figures {
                     tally.result(&format!("chapter {}: figures written", chapter.name), copy_figures(&figures));
                 }
                 tally.check(&format!("chapter {}: figures", chapter.name), figure_problems(&chapter, &figures));
-                tally.check(&format!("chapter {}: same outputs under a second setting", chapter.name), second_setting(&chapter, &run.outputs));
+                if TRAINS_NETWORKS.iter().any(|prefix| chapter.name.starts_with(prefix)) {
+                    eprintln!("  chapter {}: no second-setting run (it trains a network; see TRAINS_NETWORKS)", chapter.name);
+                } else {
+                    tally.check(&format!("chapter {}: same outputs under a second setting", chapter.name), second_setting(&chapter, &run.outputs));
+                }
                 results.push((chapter, run.outputs));
             }
             Err(err) => tally.check(&format!("chapter {}: runs", chapter.name), vec![err]),
@@ -168,12 +195,20 @@ fn run_chapters(tally: &mut Tally, write_figures: bool) -> Result<Vec<(Chapter, 
     Ok(results)
 }
 
-/// Run the chapter again with other CPU kernels (AVX2 instead of the pinned
-/// baseline) and two OpenMP threads: the printed outputs and figures must not move.
-/// This is the evidence that the book's numbers do not depend on the machine.
+/// Chapters that train a network and then sample from it. Their outputs are
+/// reproducible under the pinned setting (same kernels, same thread count), but
+/// not under another one: a different summation order changes the weights in
+/// their last bits, and after hundreds of steps and thousands of draws some
+/// sampled token changes. So they get no second-setting run.
+const TRAINS_NETWORKS: &[&str] = &["03"];
+
+/// Run the chapter again with other CPU kernels (the baseline ones instead of
+/// the pinned AVX2, MKL in its compatible mode) and two OpenMP threads: the
+/// printed outputs and figures must not move. This is the evidence that these
+/// chapters' numbers do not depend on the machine at all.
 fn second_setting(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
     let figures = scratch_figures(chapter, "second-setting");
-    let overrides = [("ATEN_CPU_CAPABILITY", "avx2"), ("OMP_NUM_THREADS", "2"), ("MKL_NUM_THREADS", "2")];
+    let overrides = [("ATEN_CPU_CAPABILITY", "default"), ("MKL_CBWR", "COMPATIBLE"), ("OMP_NUM_THREADS", "2"), ("MKL_NUM_THREADS", "2")];
     match runner::execute(chapter, &figures, &overrides) {
         Ok(run) => {
             let mut problems: Vec<String> = chapter
@@ -181,12 +216,12 @@ fn second_setting(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
                 .iter()
                 .zip(outputs.iter().zip(&run.outputs))
                 .filter(|(_, (a, b))| a != b)
-                .map(|(cell, (a, b))| format!("cell at chapters/{}.md line {} prints differently with AVX2 kernels / 2 threads:\n{}", chapter.name, cell.line, diff(a, b)))
+                .map(|(cell, (a, b))| format!("cell at chapters/{}.md line {} prints differently with baseline kernels / 2 threads:\n{}", chapter.name, cell.line, diff(a, b)))
                 .collect();
             for name in list(&figures) {
                 let first = std::fs::read(scratch_figures(chapter, "runner").join(&name)).unwrap_or_default();
                 if std::fs::read(figures.join(&name)).unwrap_or_default() != first {
-                    problems.push(format!("figures/{name} differs with AVX2 kernels / 2 threads"));
+                    problems.push(format!("figures/{name} differs with baseline kernels / 2 threads"));
                 }
             }
             problems
@@ -240,7 +275,7 @@ pub fn refresh(query: Option<&str>) -> Result<()> {
     for chapter in &chapters {
         let figures = scratch_figures(chapter, "runner");
         let run = runner::execute(chapter, &figures, &[])?;
-        let pins = pinned_problems(chapter, &run.outputs);
+        let pins = [pinned_problems(chapter, &run.outputs), goal_problems(chapter, &run.outputs)].concat();
         if !pins.is_empty() {
             return Err(format!("refusing to refresh: {}", pins.join("; ")));
         }

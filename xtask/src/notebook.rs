@@ -16,9 +16,10 @@ pub fn path(chapter: &Chapter) -> PathBuf {
 /// The first code cell: load the library (and tch) into the kernel.
 fn preamble() -> String {
     [
-        "// Setup: load the book's library (and tch) into the kernel; the first run compiles libtorch's bindings (minutes).",
+        "// Setup: load the book's library (with tch and rand) into the kernel; the first run compiles libtorch's bindings (minutes).",
         ":dep agentrl = { path = \"../agentrl\" }",
         ":dep tch = \"0.26\"",
+        ":dep rand = \"0.9\"",
     ]
     .join("\n")
 }

@@ -127,8 +127,8 @@ pub fn book_env() -> Vec<(String, String)> {
     vec![
         ("LIBTORCH".into(), libtorch().display().to_string()),
         ("LD_LIBRARY_PATH".into(), ld),
-        ("ATEN_CPU_CAPABILITY".into(), "default".into()),
-        ("MKL_CBWR".into(), "COMPATIBLE".into()),
+        ("ATEN_CPU_CAPABILITY".into(), "avx2".into()),
+        ("MKL_CBWR".into(), "AVX2".into()),
         ("OMP_NUM_THREADS".into(), "1".into()),
         ("MKL_NUM_THREADS".into(), "1".into()),
     ]

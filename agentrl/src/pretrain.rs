@@ -1,0 +1,395 @@
+//! Chapter 3: pretraining TinyAgent on transcripts of a well-formed but
+//! uninformed policy, so that the base model speaks the action grammar while
+//! knowing nothing about which edit fixes which bug; and playing gym episodes
+//! with a language-model policy, many at once.
+//!
+//! The one place where a chapter's module uses a later chapter's: the text
+//! comes from the BugFix gym of Chapter 4 (`gym`, `policies`). Chapter 3 uses
+//! the gym only as a source of transcripts and of episodes to score.
+
+use crate::agent::LmPolicy;
+use crate::episode::Owner;
+use crate::gym::{BugFixEnv, Info, Task};
+use crate::policies::{run_episode, Policy};
+use crate::tinyagent::{Config, TinyAgent};
+use crate::tokenizer::{render, role_token, Bpe};
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use tch::nn::OptimizerConfig;
+use tch::{nn, Device, Kind, Tensor};
+
+// ANCHOR: uninformed
+/// Knows the workflow, not the bug: it looks first (`read` or `test`), then
+/// either looks again or edits with an op drawn uniformly from the menu, and
+/// after an edit it tests or submits, each with even odds. It never writes a
+/// malformed call and never prefers the fix, so it solves a task about once
+/// in the menu's length.
+pub struct Uninformed {
+    rng: StdRng,
+    edited: bool,
+}
+
+impl Uninformed {
+    pub fn new(seed: u64) -> Self {
+        Uninformed { rng: StdRng::seed_from_u64(seed), edited: false }
+    }
+}
+
+impl Policy for Uninformed {
+    fn act(&mut self, env: &BugFixEnv, _observation: &str, turn: usize) -> String {
+        if turn == 0 {
+            self.edited = false;
+        }
+        let ops = &env.task().menu;
+        let choice = match (turn, self.edited) {
+            (0, _) => self.rng.random_range(0..2),      // read | test
+            (_, false) => self.rng.random_range(0..4),  // read | test | edit | edit
+            (_, true) => 1 + 3 * self.rng.random_range(0..2), // test | submit
+        };
+        match choice {
+            0 => "<call> read </call>".into(),
+            1 => "<call> test </call>".into(),
+            4 => "<call> submit </call>".into(),
+            _ => {
+                self.edited = true;
+                format!("<call> edit {} </call>", ops[self.rng.random_range(0..ops.len())].name)
+            }
+        }
+    }
+}
+
+/// `episodes` transcripts of the uninformed policy, cycling through `tasks`.
+pub fn corpus(tasks: &[Task], episodes: usize, seed: u64) -> Vec<Vec<(Owner, String)>> {
+    let mut env = BugFixEnv::new(tasks.to_vec(), crate::gym::MAX_TURNS);
+    let mut policy = Uninformed::new(seed);
+    (0..episodes)
+        .map(|i| {
+            let mut transcript = Vec::new();
+            run_episode(&mut env, i % tasks.len(), &mut policy, Some(&mut transcript));
+            transcript
+        })
+        .collect()
+}
+// ANCHOR_END: uninformed
+
+// ANCHOR: pretrain
+/// Settings of a pretraining run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PretrainConfig {
+    pub model: Config,
+    pub vocab_size: usize,
+    pub episodes: usize,
+    pub steps: usize,
+    pub batch: usize,
+    pub lr: f64,
+    /// Weight of the tokens the policy did not write (1 for plain language
+    /// modelling, 0 to learn only the policy's messages).
+    pub context_weight: f64,
+    pub seed: u64,
+}
+
+/// A transcript's ids and the weight of each id's prediction in the loss.
+pub struct Sequence {
+    pub ids: Vec<u32>,
+    pub weights: Vec<f32>,
+}
+
+impl Sequence {
+    pub fn new(bpe: &Bpe, transcript: &[(Owner, String)], context_weight: f64) -> Sequence {
+        let (ids, owners) = bpe.encode_transcript(transcript);
+        let weights = owners.iter().map(|&o| if o == Owner::Policy { 1.0 } else { context_weight as f32 }).collect();
+        Sequence { ids, weights }
+    }
+}
+
+/// Next-token training: the loss is the weighted mean cross-entropy of
+/// each next token. Transcripts are sorted by length and cut into
+/// batches of `batch` neighbours, so that little of a batch is padding; each
+/// step draws one batch at random. The learning rate warms up for 5 % of the steps and then
+/// decays linearly to zero. Returns the loss of every step.
+pub fn pretrain(model: &mut TinyAgent, sequences: &[Sequence], config: &PretrainConfig) -> Vec<f64> {
+    let mut opt = nn::AdamW::default().build(&model.vs, config.lr).expect("an optimiser for the model");
+    let mut rng = StdRng::seed_from_u64(config.seed);
+    let n_ctx = model.config.n_ctx as usize;
+    let mut by_length: Vec<&Sequence> = sequences.iter().collect();
+    by_length.sort_by_key(|s| s.ids.len());
+    let batches: Vec<&[&Sequence]> = by_length.chunks(config.batch).collect();
+    let warmup = (config.steps / 20).max(1);
+    let bar = progress(config.steps as u64, "pretraining");
+    let mut losses = Vec::with_capacity(config.steps);
+    for step in 0..config.steps {
+        let scale = if step < warmup { (step + 1) as f64 / warmup as f64 } else { (config.steps - step) as f64 / (config.steps - warmup) as f64 };
+        opt.set_lr(config.lr * scale);
+        let batch = batches[rng.random_range(0..batches.len())];
+        let ids: Vec<&[u32]> = batch.iter().map(|s| &s.ids[..s.ids.len().min(n_ctx)]).collect();
+        let (ids, valid) = pad_right(&ids, model.device()); // [B, T]
+        let t = ids.size()[1];
+        let weights = pad_weights(batch, t, model.device()); // [B, T]
+        let logits = model.logits(&ids, &valid).narrow(1, 0, t - 1); // [B, T-1, V]
+        let targets = ids.narrow(1, 1, t - 1); // [B, T-1]
+        let w = weights.narrow(1, 1, t - 1); // [B, T-1], 0 on padding
+        let nll = -logits.log_softmax(-1, Kind::Float).gather(-1, &targets.unsqueeze(-1), false).squeeze_dim(-1); // [B, T-1]
+        let loss = (nll * &w).sum(Kind::Float) / w.sum(Kind::Float);
+        opt.backward_step(&loss);
+        losses.push(loss.double_value(&[]));
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    losses
+}
+
+/// Sequences of different lengths as one right-padded batch: ids and a mask
+/// of real tokens, both [B, T].
+pub fn pad_right(rows: &[&[u32]], device: Device) -> (Tensor, Tensor) {
+    let width = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let mut ids = vec![0i64; rows.len() * width];
+    let mut valid = vec![false; rows.len() * width];
+    for (i, row) in rows.iter().enumerate() {
+        for (j, &token) in row.iter().enumerate() {
+            (ids[i * width + j], valid[i * width + j]) = (token as i64, true);
+        }
+    }
+    let shape = [rows.len() as i64, width as i64];
+    (Tensor::from_slice(&ids).view(shape).to_device(device), Tensor::from_slice(&valid).view(shape).to_device(device))
+}
+// ANCHOR_END: pretrain
+
+fn pad_weights(batch: &[&Sequence], t: i64, device: Device) -> Tensor {
+    let mut w = vec![0f32; batch.len() * t as usize];
+    for (i, s) in batch.iter().enumerate() {
+        let n = s.weights.len().min(t as usize);
+        w[i * t as usize..i * t as usize + n].copy_from_slice(&s.weights[..n]);
+    }
+    Tensor::from_slice(&w).view([batch.len() as i64, t]).to_device(device)
+}
+
+/// A progress bar on standard error (hidden when that is not a terminal).
+pub fn progress(len: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} [{elapsed}<{eta}]").expect("a valid template"));
+    bar.set_message(what.to_string());
+    bar
+}
+
+// ANCHOR: play
+/// Who wrote a stretch of the token stream, the ids as they were fed to the
+/// model, and (for the policy's stretches) the sampling log-prob of each id.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Segment {
+    pub owner: Owner,
+    pub ids: Vec<u32>,
+    pub logprobs: Vec<f32>,
+}
+
+/// One episode played by a language model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Played {
+    pub task: usize,
+    pub segments: Vec<Segment>,
+    /// The action texts, one per turn.
+    pub actions: Vec<String>,
+    pub reward: f64,
+    pub info: Info,
+    /// Turns whose action did not parse.
+    pub parse_errors: usize,
+}
+
+impl Played {
+    /// The whole token stream.
+    pub fn ids(&self) -> Vec<u32> {
+        self.segments.iter().flat_map(|s| s.ids.iter().copied()).collect()
+    }
+}
+
+/// Play one episode per entry of `tasks` (indices into the env's tasks), all
+/// in lockstep: each turn, the contexts of the unfinished episodes go through
+/// the policy as one batch. Observations are appended as `<|tool|>` text
+/// followed by `<|assistant|>`; the policy's tokens are kept as sampled.
+pub fn play(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_turns: usize, rng: &mut StdRng) -> Vec<Played> {
+    let bpe = policy.bpe;
+    let mut envs: Vec<BugFixEnv> = tasks.iter().map(|_| BugFixEnv::new(tasks_of.to_vec(), max_turns)).collect();
+    let opener = |owner: Owner, text: &str, then: Option<Owner>| -> Vec<u32> {
+        let mut s = format!("{}{text}", role_token(owner));
+        if let Some(next) = then {
+            s.push_str(role_token(next));
+        }
+        bpe.encode(&s)
+    };
+    let mut played: Vec<Played> = tasks
+        .iter()
+        .zip(envs.iter_mut())
+        .map(|(&task, env)| {
+            let prompt = env.reset(task);
+            let ids = opener(Owner::Prompt, &prompt, Some(Owner::Policy));
+            let segment = Segment { owner: Owner::Prompt, ids, logprobs: vec![] };
+            Played { task, segments: vec![segment], actions: vec![], reward: 0.0, info: Info::default(), parse_errors: 0 }
+        })
+        .collect();
+    let mut open: Vec<usize> = (0..tasks.len()).collect();
+    while !open.is_empty() {
+        let contexts: Vec<Vec<u32>> = open.iter().map(|&i| played[i].ids()).collect();
+        let actions = policy.act(&contexts, rng);
+        let mut still_open = Vec::new();
+        for (&i, action) in open.iter().zip(actions) {
+            let step = envs[i].step(&action.text);
+            let episode = &mut played[i];
+            episode.parse_errors += usize::from(step.info.parse_error);
+            episode.segments.push(Segment { owner: Owner::Policy, ids: action.tokens, logprobs: action.logprobs });
+            episode.actions.push(action.text);
+            if step.done {
+                (episode.reward, episode.info) = (step.reward, step.info);
+                let end = opener(Owner::Env, &step.observation, None);
+                episode.segments.push(Segment { owner: Owner::Env, ids: [end, vec![bpe.special.end]].concat(), logprobs: vec![] });
+            } else {
+                let ids = opener(Owner::Env, &step.observation, Some(Owner::Policy));
+                episode.segments.push(Segment { owner: Owner::Env, ids, logprobs: vec![] });
+                still_open.push(i);
+            }
+        }
+        open = still_open;
+    }
+    played
+}
+// ANCHOR_END: play
+
+// ANCHOR: base
+/// The book's base model: the tokenizer and TinyAgent pretrained with
+/// `BASE` on the gym's train tasks.
+pub const BASE: PretrainConfig = PretrainConfig {
+    model: Config { vocab: 1024, n_ctx: 768, d_model: 64, n_layer: 2, n_head: 4 },
+    vocab_size: 1024,
+    episodes: 4000,
+    steps: 600,
+    batch: 16,
+    lr: 1e-2,
+    context_weight: 1.0,
+    seed: 0,
+};
+
+/// Train the tokenizer and the model from scratch with `config`.
+pub fn train_base(tasks: &[Task], config: &PretrainConfig) -> (Bpe, TinyAgent, Vec<f64>) {
+    let transcripts = corpus(tasks, config.episodes, config.seed);
+    let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), config.vocab_size).expect("the tokenizer trains");
+    let sequences: Vec<Sequence> = transcripts.iter().map(|t| Sequence::new(&bpe, t, config.context_weight)).collect();
+    tch::manual_seed(config.seed as i64);
+    let model_config = Config { vocab: bpe.vocab_size() as i64, ..config.model };
+    let mut model = TinyAgent::new(model_config, crate::tinyagent::device());
+    let losses = pretrain(&mut model, &sequences, config);
+    (bpe, model, losses)
+}
+
+/// Where the base model is kept between chapters: `target/agentrl-base/`.
+pub fn base_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/agentrl-base")
+}
+
+/// The settings the base model was trained with, as stored next to it.
+fn stamp() -> String {
+    serde_json::to_string(&BASE).expect("the config serialises")
+}
+
+/// Store `bpe` and `model` in `base_dir()` as the book's base model (they
+/// must have been trained with `BASE`, as Chapter 3 does).
+pub fn save_as_base(bpe: &Bpe, model: &TinyAgent) {
+    save_base(&base_dir(), bpe, model, &stamp());
+}
+
+/// The base model from `base_dir()`, trained and saved first if it is not
+/// there (or was trained with other settings).
+pub fn base_model(tasks: &[Task]) -> (Bpe, TinyAgent) {
+    let dir = base_dir();
+    let stamp = stamp();
+    let (tokenizer, weights, config) = (dir.join("tokenizer.json"), dir.join("tinyagent.safetensors"), dir.join("config.json"));
+    if std::fs::read_to_string(&config).ok().as_deref() == Some(&stamp) {
+        if let (Ok(bpe), true) = (Bpe::load(&tokenizer), weights.exists()) {
+            let model_config = Config { vocab: bpe.vocab_size() as i64, ..BASE.model };
+            if let Ok(model) = TinyAgent::load(model_config, &weights, crate::tinyagent::device()) {
+                return (bpe, model);
+            }
+        }
+    }
+    let (bpe, model, _) = train_base(tasks, &BASE);
+    save_base(&dir, &bpe, &model, &stamp);
+    (bpe, model)
+}
+
+fn save_base(dir: &Path, bpe: &Bpe, model: &TinyAgent, stamp: &str) {
+    std::fs::create_dir_all(dir).unwrap_or_else(|err| panic!("cannot create {}: {err}", dir.display()));
+    bpe.save(&dir.join("tokenizer.json")).unwrap_or_else(|err| panic!("{err}"));
+    model.save(&dir.join("tinyagent.safetensors")).unwrap_or_else(|err| panic!("{err}"));
+    std::fs::write(dir.join("config.json"), stamp).unwrap_or_else(|err| panic!("cannot write the base model's config: {err}"));
+}
+// ANCHOR_END: base
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::episode::parse_call;
+    use crate::gym::{Gym, MAX_TURNS};
+    use crate::policies::rates;
+
+    #[test]
+    fn the_uninformed_policy_writes_only_valid_calls_and_solves_at_chance() {
+        let gym = Gym::standard();
+        let mut env = BugFixEnv::new(gym.held_out.clone(), MAX_TURNS);
+        let mut policy = Uninformed::new(3);
+        for task in 0..env.tasks().len() {
+            let mut transcript = Vec::new();
+            run_episode(&mut env, task, &mut policy, Some(&mut transcript));
+            for (owner, message) in &transcript {
+                if *owner == Owner::Policy {
+                    let call = parse_call(message).expect("a valid call");
+                    if call.tool == "edit" {
+                        assert!(env.tasks()[task].op(call.arg.as_deref().unwrap()).is_some());
+                    }
+                }
+            }
+        }
+        let r = rates(&mut env, None, &mut Uninformed::new(4), 50);
+        // Five ops per menu, one of them the fix: about 1/5, minus truncated episodes.
+        assert!((0.15..0.22).contains(&r.success()), "{}", r.success());
+    }
+
+    #[test]
+    fn played_episodes_keep_the_sampled_ids_and_their_logprobs() {
+        let gym = Gym::standard();
+        let tasks = &gym.held_out[..4];
+        let transcripts = corpus(tasks, 20, 0);
+        let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), 400).unwrap();
+        tch::manual_seed(0);
+        let model = TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 16, n_layer: 1, n_head: 2 }, Device::Cpu);
+        let policy = LmPolicy { model: &model, bpe: &bpe, sampling: crate::tinyagent::Sampling::PURE, max_action_tokens: 6 };
+        let played = play(&policy, tasks, &[0, 1, 2, 3], 3, &mut StdRng::seed_from_u64(0));
+        for episode in &played {
+            assert!(episode.actions.len() <= 3);
+            let policy_segments: Vec<&Segment> = episode.segments.iter().filter(|s| s.owner == Owner::Policy).collect();
+            assert_eq!(policy_segments.len(), episode.actions.len());
+            for (segment, text) in policy_segments.iter().zip(&episode.actions) {
+                assert_eq!(segment.ids.len(), segment.logprobs.len());
+                assert!(segment.logprobs.iter().all(|&l| l <= 0.0));
+                assert_eq!(&bpe.decode(&segment.ids), text);
+            }
+            assert_eq!(*episode.ids().last().unwrap(), bpe.special.end);
+            assert_eq!(episode.parse_errors, episode.actions.iter().filter(|a| parse_call(a).is_none()).count());
+        }
+    }
+
+    #[test]
+    fn pretraining_lowers_the_loss_on_the_policy_tokens() {
+        let gym = Gym::standard();
+        let transcripts = corpus(&gym.train[..8], 64, 0);
+        let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), 400).unwrap();
+        let sequences: Vec<Sequence> = transcripts.iter().map(|t| Sequence::new(&bpe, t, 0.0)).collect();
+        assert!(sequences.iter().all(|s| s.weights.iter().any(|&w| w == 1.0) && s.weights.contains(&0.0)));
+        tch::manual_seed(0);
+        let mut model = TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 32, n_layer: 1, n_head: 2 }, Device::Cpu);
+        let config = PretrainConfig { steps: 60, batch: 8, lr: 1e-2, ..BASE };
+        let losses = pretrain(&mut model, &sequences, &config);
+        let first: f64 = losses[..5].iter().sum::<f64>() / 5.0;
+        let last: f64 = losses[55..].iter().sum::<f64>() / 5.0;
+        assert!(last < 0.5 * first, "loss {first} -> {last}");
+    }
+}
