@@ -1,7 +1,8 @@
 //! `agentrl`: the code that *Agentic RL in Rust* derives, chapter by chapter.
 //!
 //! Each module names the chapter that introduces it and uses only modules of
-//! earlier chapters (or of its own chapter). The chapters show this code by
+//! earlier chapters (or of its own chapter), with one exception: `pretrain`
+//! (Chapter 3) takes its text from the gym of Chapter 4. The chapters show this code by
 //! include, so what you read in the book is what runs here.
 //!
 //! | module | chapter | what it holds |
@@ -15,6 +16,10 @@
 //! | [`mdp`] | 2 | the repair MDP; policy evaluation, value and policy iteration, Monte Carlo, Q-learning |
 //! | [`bandit`] | 2 | the k-armed bandit: xi-greedy, UCB, gradient bandit |
 //! | [`pomdp`] | 2 | the hidden-family POMDP: beliefs and the value of `test` |
+//! | [`tokenizer`] | 3 | a byte-level BPE for the gym's text, special tokens, the chat format |
+//! | [`tinyagent`] | 3 | TinyAgent: the transformer, log-probs, entropy, sampling, KV-cache generation |
+//! | [`agent`] | 3 | the policy interface: contexts in, sampled actions with log-probs out |
+//! | [`pretrain`] | 3 | the uninformed policy, pretraining, batched episodes, the base model (uses the gym of Chapter 4) |
 //! | [`runner`] | 4 | the sandboxed test runners: wall clock, output limits, compile cache, child processes under OS limits |
 //! | [`gym`] | 4 | the BugFix gym: tasks as data, eight bug families, generation, the split, the environment |
 //! | [`policies`] | 4 | scripted policies (oracle, hacker, random) and the episode loop |
