@@ -23,6 +23,7 @@
 //! | [`runner`] | 4 | the sandboxed test runners: wall clock, output limits, compile cache, child processes under OS limits |
 //! | [`gym`] | 4 | the BugFix gym: tasks as data, eight bug families, generation, the split, the environment |
 //! | [`policies`] | 4 | scripted policies (oracle, hacker, random) and the episode loop |
+//! | [`trajectory`] | 5 | trajectories with action masks and sampling log-probs, padded batches, the masked loss |
 
 pub mod agent;
 pub mod bandit;
@@ -40,3 +41,4 @@ pub mod runner;
 pub mod sandbox;
 pub mod tinyagent;
 pub mod tokenizer;
+pub mod trajectory;
