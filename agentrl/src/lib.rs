@@ -35,6 +35,7 @@ pub mod gym;
 pub mod mdp;
 pub mod plot;
 pub mod policies;
+pub mod pg;
 pub mod pomdp;
 pub mod pretrain;
 pub mod runner;

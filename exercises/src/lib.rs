@@ -64,3 +64,4 @@ pub mod ch02;
 pub mod ch03;
 pub mod ch04;
 pub mod ch05;
+pub mod ch06;
