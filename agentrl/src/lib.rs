@@ -24,7 +24,11 @@
 //! | [`gym`] | 4 | the BugFix gym: tasks as data, eight bug families, generation, the split, the environment |
 //! | [`policies`] | 4 | scripted policies (oracle, hacker, random) and the episode loop |
 //! | [`trajectory`] | 5 | trajectories with action masks and sampling log-probs, padded batches, the masked loss |
+//! | [`pg`] | 6 | REINFORCE: checked against the exact gradient, tabular, and for TinyAgent in the gym |
+//! | [`advantage`] | 7 | baselines, group advantages (mean, leave-one-out, std), TD errors, GAE, a TD(0) critic |
+//! | [`ppo`] | 8 | importance ratios, the clipped surrogate, clip fraction and approximate KL, a value head, the PPO loop |
 
+pub mod advantage;
 pub mod agent;
 pub mod bandit;
 pub mod book;
@@ -36,6 +40,7 @@ pub mod mdp;
 pub mod plot;
 pub mod policies;
 pub mod pg;
+pub mod ppo;
 pub mod pomdp;
 pub mod pretrain;
 pub mod runner;

@@ -170,11 +170,25 @@ pub fn success_rate(model: &TinyAgent, bpe: &Bpe, tasks: &[Task], per_task: usiz
     played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64
 }
 
+/// The episodes' own rewards as their returns: plain REINFORCE.
+pub fn rewards_as_returns(group: &[f64]) -> Vec<f64> {
+    group.to_vec()
+}
+
 /// REINFORCE in the gym: each iteration plays `episodes` episodes on each of
 /// `tasks` random training tasks, and takes one AdamW step on the masked
-/// token-level loss with the episode reward as the return. Metrics are
-/// appended to `metrics` as JSON lines.
-pub fn train_reinforce(model: &mut TinyAgent, bpe: &Bpe, train: &[Task], held_out: &[Task], config: &PgConfig, metrics: &Path) -> Vec<PgRecord> {
+/// token-level loss. `returns` maps the rewards of the episodes of one task
+/// (a group) to the weights of their tokens: `rewards_as_returns` here,
+/// baselines in Chapter 7. Metrics are written to `metrics` as JSON lines.
+pub fn train_reinforce(
+    model: &mut TinyAgent,
+    bpe: &Bpe,
+    train: &[Task],
+    held_out: &[Task],
+    config: &PgConfig,
+    returns: fn(&[f64]) -> Vec<f64>,
+    metrics: &Path,
+) -> Vec<PgRecord> {
     let mut opt = nn::AdamW::default().build(&model.vs, config.lr).expect("an optimiser for the model");
     let mut rng = StdRng::seed_from_u64(config.seed);
     let mut file = std::fs::File::create(metrics).unwrap_or_else(|err| panic!("cannot write {}: {err}", metrics.display()));
@@ -193,7 +207,10 @@ pub fn train_reinforce(model: &mut TinyAgent, bpe: &Bpe, train: &[Task], held_ou
         };
         let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
         let batch = collate(&trajectories, model.device());
-        let loss = reinforce_loss(&policy_logprobs(model, &batch), &batch.mask, &batch.rewards);
+        let rewards: Vec<f64> = played.iter().map(|p| p.reward).collect();
+        let weights: Vec<f32> = rewards.chunks(config.episodes).flat_map(returns).map(|w| w as f32).collect();
+        let weights = Tensor::from_slice(&weights).to_device(model.device()); // [B]
+        let loss = reinforce_loss(&policy_logprobs(model, &batch), &batch.mask, &weights);
         opt.backward_step(&loss);
         let train_success = played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64;
         let action_tokens = batch.mask.sum(Kind::Float).double_value(&[]) as usize;

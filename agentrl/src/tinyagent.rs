@@ -150,6 +150,16 @@ impl TinyAgent {
     /// Logits for the new tokens `ids` [B, T] given everything in `cache`;
     /// `valid` [B, T] marks real tokens (false on padding). The cache grows by T.
     pub fn forward(&self, ids: &Tensor, valid: &Tensor, cache: &mut KvCache) -> Tensor {
+        self.head(&self.hidden(ids, valid, cache)) // [B, T, V]
+    }
+
+    /// The output head, tied to the token embedding: [B, T, D] -> [B, T, V].
+    pub fn head(&self, hidden: &Tensor) -> Tensor {
+        hidden.matmul(&self.wte.ws.tr())
+    }
+
+    /// The final hidden states (after the last LayerNorm) of the new tokens: [B, T, D].
+    pub fn hidden(&self, ids: &Tensor, valid: &Tensor, cache: &mut KvCache) -> Tensor {
         let (_, t) = ids.size2().unwrap();
         let past = cache.len();
         let valid_all = match &cache.valid {
@@ -175,7 +185,7 @@ impl TinyAgent {
             x = block.forward(&x, allowed.as_ref(), past_kv);
         }
         cache.valid = Some(valid_all);
-        x.apply(&self.ln_f).matmul(&self.wte.ws.tr()) // [B, T, V], the head tied to the embedding
+        x.apply(&self.ln_f) // [B, T, D]
     }
     // ANCHOR_END: forward
 

@@ -214,7 +214,7 @@ fn run_chapters(tally: &mut Tally, write_figures: bool) -> Result<Vec<(Chapter, 
 /// not under another one: a different summation order changes the weights in
 /// their last bits, and after hundreds of steps and thousands of draws some
 /// sampled token changes. So they get no second-setting run.
-const TRAINS_NETWORKS: &[&str] = &["03", "05", "06"];
+const TRAINS_NETWORKS: &[&str] = &["03", "05", "06", "07", "08"];
 
 /// Run the chapter again with other CPU kernels (the baseline ones instead of
 /// the pinned AVX2, MKL in its compatible mode) and two OpenMP threads: the

@@ -58,9 +58,12 @@ pub fn build(chapters: &[Chapter]) -> Result<()> {
         update(&dir.join("src/bin").join(format!("{}.rs", bin_name(chapter))), &program(chapter))?;
     }
     step("compiling the chapters' cells");
+    // Only the programs of these chapters: another chapter's program may be stale.
+    let bins: Vec<String> = chapters.iter().flat_map(|chapter| ["--bin".to_string(), bin_name(chapter)]).collect();
     run(Command::new("cargo")
-        .args(["build", "--quiet", "--bins", "--manifest-path"])
+        .args(["build", "--quiet", "--manifest-path"])
         .arg(dir.join("Cargo.toml"))
+        .args(&bins)
         .env("CARGO_TARGET_DIR", root().join("target"))
         .current_dir(root()))
 }
