@@ -5,16 +5,15 @@
 //!
 //! Shapes: `B` trajectories, `T` positions, `D` the model width.
 
-use crate::agent::LmPolicy;
 use crate::gym::Task;
-use crate::pg::success_rate;
-use crate::pretrain::{play, progress};
-use crate::tinyagent::{KvCache, Sampling, TinyAgent};
+use crate::pg::{play_groups, success_rate};
+use crate::pretrain::progress;
+use crate::tinyagent::{KvCache, TinyAgent};
 use crate::tokenizer::Bpe;
 use crate::trajectory::{collate, Batch, Trajectory};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::Path;
@@ -181,11 +180,7 @@ pub fn train_ppo(model: &mut TinyAgent, bpe: &Bpe, train: &[Task], held_out: &[T
             records.push(PpoRecord { iteration, episodes, train_success: None, held_out_success, value_loss: None, last: None });
             break;
         }
-        let picks: Vec<usize> = (0..config.tasks).map(|_| rng.random_range(0..train.len())).flat_map(|t| std::iter::repeat_n(t, config.episodes)).collect();
-        let played = {
-            let policy = LmPolicy { model, bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
-            play(&policy, train, &picks, crate::gym::MAX_TURNS, &mut rng)
-        };
+        let played = play_groups(model, bpe, train, config.tasks, config.episodes, &mut rng);
         let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
         let mut order: Vec<usize> = (0..trajectories.len()).collect();
         let (mut last, mut value_loss) = (Diagnostics::default(), 0.0);

@@ -67,3 +67,5 @@ pub mod ch05;
 pub mod ch06;
 pub mod ch07;
 pub mod ch08;
+#[cfg(test)]
+mod testkit;

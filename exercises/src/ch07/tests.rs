@@ -9,24 +9,10 @@
 use super::*;
 use agentrl::advantage::{gae, group_advantages, reinforce_gradient_with_baseline, td0_critic, td_errors, GroupBaseline};
 use agentrl::bandit::softmax;
-use agentrl::mdp::{discounted_return, evaluate_policy, repair_mdp, sample_action, seeded_rng, StdRng, Verifier, BUGGY};
+use agentrl::mdp::{discounted_return, evaluate_policy, repair_mdp, sample_action, seeded_rng, Verifier, BUGGY};
 use agentrl::pg::exact_gradient;
 
-/// `got` and `want` agree to within `tol`, with a readable failure message.
-fn assert_close(what: &str, got: f64, want: f64, tol: f64) {
-    assert!((got - want).abs() <= tol, "{what}: got {got}, expected {want} (within {tol})");
-}
-
-/// A number in [0, 1) on a grid of 1e-4, drawn from `rng` with `sample_action`.
-fn uniform(rng: &mut StdRng) -> f64 {
-    let digits = [0.01; 100];
-    (sample_action(&digits, rng) * 100 + sample_action(&digits, rng)) as f64 / 1e4
-}
-
-/// A number in [lo, hi).
-fn between(lo: f64, hi: f64, rng: &mut StdRng) -> f64 {
-    lo + (hi - lo) * uniform(rng)
-}
+use crate::testkit::{assert_close, between};
 
 // ---------------------------------------------------------------------------
 // Exercise 7.1

@@ -12,21 +12,7 @@ use agentrl::mdp::{sample_action, seeded_rng, StdRng};
 use agentrl::ppo::{clipped_surrogate, ppo_policy_loss};
 use tch::{Kind, Tensor};
 
-/// `got` and `want` agree to within `tol`, with a readable failure message.
-fn assert_close(what: &str, got: f64, want: f64, tol: f64) {
-    assert!((got - want).abs() <= tol, "{what}: got {got}, expected {want} (within {tol})");
-}
-
-/// A number in [0, 1) on a grid of 1e-4, drawn from `rng` with `sample_action`.
-fn uniform(rng: &mut StdRng) -> f64 {
-    let digits = [0.01; 100];
-    (sample_action(&digits, rng) * 100 + sample_action(&digits, rng)) as f64 / 1e4
-}
-
-/// A number in [lo, hi).
-fn between(lo: f64, hi: f64, rng: &mut StdRng) -> f64 {
-    lo + (hi - lo) * uniform(rng)
-}
+use crate::testkit::{assert_close, between};
 
 /// A 1-D `f64` tensor.
 fn tensor(values: &[f64]) -> Tensor {
