@@ -9,10 +9,7 @@ use super::*;
 use std::sync::{Mutex, MutexGuard};
 use tch::{Device, Kind, Tensor};
 
-/// `got` and `want` agree to within `tol`, with a readable failure message.
-fn assert_close(what: &str, got: f64, want: f64, tol: f64) {
-    assert!((got - want).abs() <= tol, "{what}: got {got}, expected {want} (within {tol})");
-}
+use crate::testkit::assert_close;
 
 /// libtorch has one global generator; tests that seed it take turns.
 fn generator_lock() -> MutexGuard<'static, ()> {

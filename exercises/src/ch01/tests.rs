@@ -11,10 +11,7 @@ use agentrl::sandbox::{all_pass, run_tests, TestCase};
 use std::sync::{Mutex, MutexGuard};
 use tch::Kind;
 
-/// `a` and `b` agree to within `tol`, with a readable failure message.
-fn assert_close(what: &str, got: f64, want: f64, tol: f64) {
-    assert!((got - want).abs() <= tol, "{what}: got {got}, expected {want} (within {tol})");
-}
+use crate::testkit::assert_close;
 
 /// Which cases of `tests` pass, in order.
 fn verdicts(source: &str, tests: &[TestCase]) -> Vec<bool> {

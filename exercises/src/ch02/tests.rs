@@ -12,10 +12,7 @@ use agentrl::mdp::{
 };
 use agentrl::pomdp::{family_prior, hidden_family};
 
-/// `got` and `want` agree to within `tol`, with a readable failure message.
-fn assert_close(what: &str, got: f64, want: f64, tol: f64) {
-    assert!((got - want).abs() <= tol, "{what}: got {got}, expected {want} (within {tol})");
-}
+use crate::testkit::assert_close;
 
 /// A small stochastic MDP with rewards on the way: 3 live states, 1 terminal, 2 actions.
 fn stochastic_mdp() -> Mdp {

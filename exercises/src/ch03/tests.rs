@@ -10,10 +10,7 @@ use agentrl::mdp::seeded_rng;
 use agentrl::tinyagent::{entropy, Config, KvCache, Sampling, TinyAgent};
 use tch::{Device, Kind, Tensor};
 
-/// `got` and `want` agree to within `tol`, with a readable failure message.
-fn assert_close(what: &str, got: f64, want: f64, tol: f64) {
-    assert!((got - want).abs() <= tol, "{what}: got {got}, expected {want} (within {tol})");
-}
+use crate::testkit::assert_close;
 
 const TINY: Config = Config { vocab: 50, n_ctx: 32, d_model: 16, n_layer: 2, n_head: 4 };
 

@@ -16,10 +16,7 @@ use agentrl::tokenizer::{render, Bpe};
 use agentrl::trajectory::{collate, policy_logprobs, retokenized_action, weighted_nll, Trajectory};
 use tch::{Device, Kind, Tensor};
 
-/// `got` and `want` agree to within `tol`, with a readable failure message.
-fn assert_close(what: &str, got: f64, want: f64, tol: f64) {
-    assert!((got - want).abs() <= tol, "{what}: got {got}, expected {want} (within {tol})");
-}
+use crate::testkit::assert_close;
 
 /// Six held-out tasks and a 400-token BPE trained on their scripted transcripts.
 fn setup() -> (Vec<Task>, Bpe) {

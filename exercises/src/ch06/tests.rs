@@ -12,10 +12,7 @@ use agentrl::mdp::{discounted_return, repair_mdp, sample_episode, seeded_rng, Md
 use agentrl::pg::{exact_gradient, reinforce_loss, TabularSoftmax};
 use tch::{Kind, Tensor};
 
-/// `got` and `want` agree to within `tol`, with a readable failure message.
-fn assert_close(what: &str, got: f64, want: f64, tol: f64) {
-    assert!((got - want).abs() <= tol, "{what}: got {got}, expected {want} (within {tol})");
-}
+use crate::testkit::assert_close;
 
 /// Logit vectors to test at: flat, skewed, with ties, far apart.
 fn points() -> Vec<Vec<f64>> {
