@@ -8,6 +8,7 @@
 use crate::mdp::{sample_action, Mdp, Policy};
 use rand::rngs::StdRng;
 use rand::Rng;
+use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
 // ANCHOR: baseline
@@ -31,7 +32,7 @@ pub fn reinforce_gradient_with_baseline(theta: &[f64], p: &[f64], n: usize, base
 
 // ANCHOR: group
 /// How the rewards of a group of episodes on the same task become advantages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GroupBaseline {
     /// A_i = R_i: plain REINFORCE.
     None,

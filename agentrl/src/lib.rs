@@ -27,6 +27,7 @@
 //! | [`pg`] | 6 | REINFORCE: checked against the exact gradient, tabular, and for TinyAgent in the gym |
 //! | [`advantage`] | 7 | baselines, group advantages (mean, leave-one-out, std), TD errors, GAE, a TD(0) critic |
 //! | [`ppo`] | 8 | importance ratios, the clipped surrogate, clip fraction and approximate KL, a value head, the PPO loop |
+//! | [`grpo`] | 9 | GRPO and its variants: loss normalisations, clip-higher, group filters, named configs; the main `train` loop |
 
 pub mod advantage;
 pub mod agent;
@@ -35,6 +36,7 @@ pub mod book;
 pub mod clamp;
 pub mod diagrams;
 pub mod episode;
+pub mod grpo;
 pub mod gym;
 pub mod mdp;
 pub mod plot;

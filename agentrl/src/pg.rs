@@ -8,7 +8,7 @@
 use crate::agent::LmPolicy;
 use crate::gym::Task;
 use crate::mdp::{evaluate_policy, sample_episode, Mdp, Policy};
-use crate::pretrain::{play, progress, Played};
+use crate::pretrain::{play, play_timed, progress, PlayTime, Played};
 use crate::tinyagent::{Sampling, TinyAgent};
 use crate::tokenizer::Bpe;
 use crate::trajectory::{collate, policy_logprobs, Trajectory};
@@ -163,11 +163,11 @@ pub fn read_metrics(path: &Path) -> Result<Vec<PgRecord>, String> {
 }
 
 /// One iteration's episodes: `episodes` episodes (a group) on each of `tasks`
-/// training tasks drawn at random, groups consecutive.
-pub fn play_groups(model: &TinyAgent, bpe: &Bpe, train: &[Task], tasks: usize, episodes: usize, rng: &mut StdRng) -> Vec<Played> {
+/// training tasks drawn at random, groups consecutive; and where the time went.
+pub fn play_groups(model: &TinyAgent, bpe: &Bpe, train: &[Task], tasks: usize, episodes: usize, rng: &mut StdRng) -> (Vec<Played>, PlayTime) {
     let picks: Vec<usize> = (0..tasks).map(|_| rng.random_range(0..train.len())).flat_map(|t| std::iter::repeat_n(t, episodes)).collect();
     let policy = LmPolicy { model, bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
-    play(&policy, train, &picks, crate::gym::MAX_TURNS, rng)
+    play_timed(&policy, train, &picks, crate::gym::MAX_TURNS, rng)
 }
 
 /// The held-out success of `model`: `per_task` sampled episodes on each task.
@@ -208,7 +208,7 @@ pub fn train_reinforce(
             records.push(PgRecord { iteration, train_success: None, held_out_success, loss: None, action_tokens: 0 });
             break;
         }
-        let played = play_groups(model, bpe, train, config.tasks, config.episodes, &mut rng);
+        let (played, _) = play_groups(model, bpe, train, config.tasks, config.episodes, &mut rng);
         let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
         let batch = collate(&trajectories, model.device());
         let rewards: Vec<f64> = played.iter().map(|p| p.reward).collect();

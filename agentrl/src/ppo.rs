@@ -43,17 +43,22 @@ pub struct Diagnostics {
 pub fn ppo_policy_loss(logp: &Tensor, old_logp: &Tensor, advantages: &Tensor, mask: &Tensor, eps: f64) -> (Tensor, Diagnostics) {
     let tokens = mask.sum(Kind::Float).clamp_min(1.0);
     let loss = -(clipped_surrogate(logp, old_logp, advantages, eps) * mask).sum(Kind::Float) / &tokens;
-    let diagnostics = tch::no_grad(|| {
+    (loss, diagnostics(logp, old_logp, mask, 1.0 - eps, 1.0 + eps))
+}
+
+/// Clip fraction (ratios outside [low, high]) and approximate KL over the masked tokens.
+pub fn diagnostics(logp: &Tensor, old_logp: &Tensor, mask: &Tensor, low: f64, high: f64) -> Diagnostics {
+    tch::no_grad(|| {
+        let tokens = mask.sum(Kind::Float).clamp_min(1.0);
         let log_ratio = logp - old_logp; // [B, T]
         let ratio = log_ratio.exp();
-        let outside = (&ratio - 1.0).abs().gt(eps).to_kind(Kind::Float);
+        let outside = ratio.lt(low).logical_or(&ratio.gt(high)).to_kind(Kind::Float);
         let kl = (&ratio - 1.0) - &log_ratio;
         Diagnostics {
             clip_fraction: ((outside * mask).sum(Kind::Float) / &tokens).double_value(&[]),
             approx_kl: ((kl * mask).sum(Kind::Float) / &tokens).double_value(&[]),
         }
-    });
-    (loss, diagnostics)
+    })
 }
 // ANCHOR_END: clip
 
@@ -180,7 +185,7 @@ pub fn train_ppo(model: &mut TinyAgent, bpe: &Bpe, train: &[Task], held_out: &[T
             records.push(PpoRecord { iteration, episodes, train_success: None, held_out_success, value_loss: None, last: None });
             break;
         }
-        let played = play_groups(model, bpe, train, config.tasks, config.episodes, &mut rng);
+        let (played, _) = play_groups(model, bpe, train, config.tasks, config.episodes, &mut rng);
         let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
         let mut order: Vec<usize> = (0..trajectories.len()).collect();
         let (mut last, mut value_loss) = (Diagnostics::default(), 0.0);

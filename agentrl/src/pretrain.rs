@@ -18,6 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 use tch::nn::OptimizerConfig;
 use tch::{nn, Device, Kind, Tensor};
 
@@ -209,7 +210,23 @@ impl Played {
 /// the policy as one batch. Observations are appended as `<|tool|>` text
 /// followed by `<|assistant|>`; the policy's tokens are kept as sampled.
 pub fn play(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_turns: usize, rng: &mut StdRng) -> Vec<Played> {
+    play_timed(policy, tasks_of, tasks, max_turns, rng).0
+}
+
+/// Where the wall-clock time of [`play_timed`] went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlayTime {
+    /// Seconds in the policy: generating the actions.
+    pub generation: f64,
+    /// Seconds in the environment: tool calls, test runs, encoding observations.
+    pub environment: f64,
+}
+
+/// [`play`], also reporting how its time split between the policy and the environment.
+pub fn play_timed(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_turns: usize, rng: &mut StdRng) -> (Vec<Played>, PlayTime) {
     let bpe = policy.bpe;
+    let mut time = PlayTime::default();
+    let started = Instant::now();
     let mut envs: Vec<BugFixEnv> = tasks.iter().map(|_| BugFixEnv::new(tasks_of.to_vec(), max_turns)).collect();
     let opener = |owner: Owner, text: &str, then: Option<Owner>| -> Vec<u32> {
         let mut s = format!("{}{text}", role_token(owner));
@@ -231,7 +248,9 @@ pub fn play(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_turns: us
     let mut open: Vec<usize> = (0..tasks.len()).collect();
     while !open.is_empty() {
         let contexts: Vec<Vec<u32>> = open.iter().map(|&i| played[i].ids()).collect();
+        let generating = Instant::now();
         let actions = policy.act(&contexts, rng);
+        time.generation += generating.elapsed().as_secs_f64();
         let mut still_open = Vec::new();
         for (&i, action) in open.iter().zip(actions) {
             let step = envs[i].step(&action.text);
@@ -251,7 +270,8 @@ pub fn play(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_turns: us
         }
         open = still_open;
     }
-    played
+    time.environment = started.elapsed().as_secs_f64() - time.generation;
+    (played, time)
 }
 // ANCHOR_END: play
 

@@ -67,5 +67,6 @@ pub mod ch05;
 pub mod ch06;
 pub mod ch07;
 pub mod ch08;
+pub mod ch09;
 #[cfg(test)]
 mod testkit;
