@@ -197,8 +197,9 @@ pub trait Regularizer {
     fn shape_rewards(&mut self, _trajectories: &[Trajectory], _rewards: &mut [f64]) -> Vec<(String, f64)> {
         Vec::new()
     }
-    /// A loss term from the minibatch's log-probs and entropies [B, T] on `mask` [B, T].
-    fn loss(&mut self, _batch: &Batch, _logp: &Tensor, _entropy: &Tensor, _mask: &Tensor) -> Option<(Tensor, Vec<(String, f64)>)> {
+    /// A loss term from the minibatch's log-probs and entropies [B, T] on
+    /// `mask` [B, T], averaged like the policy loss (`norm`).
+    fn loss(&mut self, _batch: &Batch, _logp: &Tensor, _entropy: &Tensor, _mask: &Tensor, _norm: LossNorm) -> Option<(Tensor, Vec<(String, f64)>)> {
         None
     }
 }
@@ -233,9 +234,11 @@ pub struct TrainRecord {
     pub entropy: Option<f64>,
     /// Of the last minibatch.
     pub last: Option<Diagnostics>,
-    /// Tokens sampled by the policy this iteration, and tokens in the trained batches.
+    /// Tokens sampled by the policy this iteration; action tokens trained on
+    /// (over all epochs); all tokens of the trained sequences (one epoch).
     pub generated_tokens: Option<usize>,
     pub trained_tokens: Option<usize>,
+    pub sequence_tokens: Option<usize>,
     pub time: Option<StepTime>,
     /// What the regulariser reported (last minibatch).
     pub extra: BTreeMap<String, f64>,
@@ -307,6 +310,7 @@ pub fn train(
             last: None,
             generated_tokens: None,
             trained_tokens: None,
+            sequence_tokens: None,
             time: None,
             extra: BTreeMap::new(),
         };
@@ -338,7 +342,7 @@ pub fn train(
                     let adv = Tensor::from_slice(&adv).to_device(model.device()); // [b]
                     let (logp, entropy) = logprobs_and_entropy(model, &batch); // [b, T]
                     let (mut loss, last) = grpo_loss(&logp, &batch.logprobs, &adv, &batch.mask, (config.clip_low, config.clip_high), config.norm);
-                    if let Some((term, numbers)) = regularizer.loss(&batch, &logp, &entropy, &batch.mask) {
+                    if let Some((term, numbers)) = regularizer.loss(&batch, &logp, &entropy, &batch.mask, config.norm) {
                         loss += term;
                         record.extra.extend(numbers);
                     }
@@ -357,6 +361,7 @@ pub fn train(
             record.entropy = (steps > 0).then(|| entropy_sum / steps as f64);
             record.generated_tokens = Some(generated);
             record.trained_tokens = Some(trained_tokens);
+            record.sequence_tokens = Some(chosen.iter().map(|&i| trajectories[i].ids.len()).sum());
             record.time = Some(StepTime { generation, environment, learning: learning.elapsed().as_secs_f64() });
             if config.checkpoint_every > 0 && (iteration + 1) % config.checkpoint_every == 0 {
                 model.save(&run_dir.join(format!("iteration-{:04}.safetensors", iteration + 1)))?;

@@ -28,6 +28,7 @@
 //! | [`advantage`] | 7 | baselines, group advantages (mean, leave-one-out, std), TD errors, GAE, a TD(0) critic |
 //! | [`ppo`] | 8 | importance ratios, the clipped surrogate, clip fraction and approximate KL, a value head, the PPO loop |
 //! | [`grpo`] | 9 | GRPO and its variants: loss normalisations, clip-higher, group filters, named configs; the main `train` loop |
+//! | [`regularization`] | 10 | KL estimators k1/k2/k3 and their exact moments; a KL penalty towards a reference policy (reward or loss); an entropy bonus |
 
 pub mod advantage;
 pub mod agent;
@@ -45,6 +46,7 @@ pub mod pg;
 pub mod ppo;
 pub mod pomdp;
 pub mod pretrain;
+pub mod regularization;
 pub mod runner;
 pub mod sandbox;
 pub mod tinyagent;
