@@ -1,15 +1,24 @@
 //! Chapter 7: advantages and credit assignment. Baselines for the score
 //! function estimator; group baselines (the group mean, leave-one-out, std
 //! normalisation); TD errors and generalised advantage estimation; a TD(0)
-//! critic for the repair MDP.
+//! critic for the repair MDP; a value head as critic for TinyAgent, with
+//! advantages at the granularity of episodes, turns or tokens.
 //!
 //! Shapes: `G` episodes in a group, `T` steps of an episode.
 
+use crate::gym::Task;
 use crate::mdp::{sample_action, Mdp, Policy};
+use crate::pg::{play_groups, success_rate, write_metrics, PgConfig, PgRecord};
+use crate::pretrain::progress;
+use crate::tinyagent::{KvCache, TinyAgent};
+use crate::tokenizer::Bpe;
+use crate::trajectory::{collate, Batch, Trajectory};
 use rand::rngs::StdRng;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use tch::{Kind, Tensor};
+use std::path::Path;
+use tch::nn::{Module, OptimizerConfig};
+use tch::{nn, Device, Kind, Tensor};
 
 // ANCHOR: baseline
 /// REINFORCE on the softmax bandit with a constant baseline `b`:
@@ -132,6 +141,146 @@ pub fn td0_critic(mdp: &Mdp, policy: &Policy, start: usize, gamma: f64, alpha: f
 }
 // ANCHOR_END: critic
 
+// ANCHOR: critic
+/// A critic: a linear map from TinyAgent's final hidden state to the expected
+/// return. It reads the hidden states detached, so its loss does not move the
+/// policy, and it has its own parameters and optimiser.
+pub struct ValueHead {
+    pub vs: nn::VarStore,
+    linear: nn::Linear,
+}
+
+impl ValueHead {
+    pub fn new(d_model: i64, device: Device) -> ValueHead {
+        let vs = nn::VarStore::new(device);
+        // Zero weights: V = 0 everywhere at first, so the first updates are plain REINFORCE.
+        let zero = nn::LinearConfig { ws_init: nn::Init::Const(0.0), bs_init: Some(nn::Init::Const(0.0)), bias: true };
+        let linear = nn::linear(vs.root() / "value", d_model, 1, zero);
+        ValueHead { vs, linear }
+    }
+
+    /// V at every position: [B, T, D] -> [B, T].
+    pub fn values(&self, hidden: &Tensor) -> Tensor {
+        self.linear.forward(&hidden.detach()).squeeze_dim(-1)
+    }
+}
+
+/// The runs of action tokens of a trajectory, with the position whose value is
+/// the value of the state before each: (state position, first action token, end).
+/// The state is the token just before the run (the `<|assistant|>`).
+pub fn action_states(trajectory: &Trajectory) -> Vec<(usize, usize, usize)> {
+    let mask = trajectory.action_mask();
+    let mut spans = Vec::new();
+    let mut t = 0;
+    while t < mask.len() {
+        if mask[t] {
+            let start = t;
+            while t < mask.len() && mask[t] {
+                t += 1;
+            }
+            spans.push((start - 1, start, t));
+        } else {
+            t += 1;
+        }
+    }
+    spans
+}
+
+/// Which state's value is the baseline of an action token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Credit {
+    /// The state before the episode's first action, for every token: one advantage per episode.
+    Episode,
+    /// The state before the token's own action: one advantage per turn.
+    Turn,
+    /// The prefix just before the token: one advantage per token.
+    Token,
+}
+
+/// For one trajectory: (state position, action tokens it baselines) pairs under `credit`.
+pub fn credit_states(trajectory: &Trajectory, credit: Credit) -> Vec<(usize, std::ops::Range<usize>)> {
+    let spans = action_states(trajectory);
+    match credit {
+        Credit::Episode => spans.first().map(|&(state, _, _)| spans.iter().map(|&(_, start, end)| (state, start..end)).collect()).unwrap_or_default(),
+        Credit::Turn => spans.iter().map(|&(state, start, end)| (state, start..end)).collect(),
+        Credit::Token => spans.iter().flat_map(|&(_, start, end)| (start..end).map(|t| (t - 1, t..t + 1))).collect(),
+    }
+}
+
+/// Advantages A = R − V(s) on every action token, s the state `credit` assigns
+/// it, and the value loss (V(s) − R)² averaged over those states: [B, T] and [].
+pub fn critic_advantages(values: &Tensor, trajectories: &[Trajectory], credit: Credit) -> (Tensor, Tensor) {
+    let (b, t) = values.size2().unwrap();
+    let v = Vec::<f32>::try_from(values.detach().to_device(Device::Cpu).reshape([-1])).expect("values");
+    let mut advantages = vec![0f32; (b * t) as usize];
+    let (mut rows, mut cols, mut targets) = (Vec::new(), Vec::new(), Vec::new());
+    for (row, trajectory) in trajectories.iter().enumerate() {
+        let base = row * t as usize;
+        let mut last_state = None;
+        for (state, tokens) in credit_states(trajectory, credit) {
+            let reward = trajectory.reward as f32;
+            advantages[base + tokens.start..base + tokens.end].fill(reward - v[base + state]);
+            if last_state != Some(state) {
+                (rows, cols, targets) = ([rows, vec![row as i64]].concat(), [cols, vec![state as i64]].concat(), [targets, vec![reward]].concat());
+                last_state = Some(state);
+            }
+        }
+    }
+    let device = values.device();
+    let picked = values.index(&[Some(Tensor::from_slice(&rows).to_device(device)), Some(Tensor::from_slice(&cols).to_device(device))]); // [states]
+    let value_loss = (picked - Tensor::from_slice(&targets).to_device(device)).square().mean(Kind::Float);
+    (Tensor::from_slice(&advantages).view([b, t]).to_device(device), value_loss)
+}
+
+/// log π_θ at every position of a batch and the final hidden states: [B, T] and [B, T, D].
+pub fn logprobs_and_hidden(model: &TinyAgent, batch: &Batch) -> (Tensor, Tensor) {
+    let (b, t) = batch.ids.size2().unwrap();
+    let hidden = model.hidden(&batch.ids, &batch.valid, &mut KvCache::default()); // [B, T, D]
+    let logits = model.head(&hidden).narrow(1, 0, t - 1); // [B, T-1, V]
+    let next = batch.ids.narrow(1, 1, t - 1).unsqueeze(-1); // [B, T-1, 1]
+    let logp = logits.log_softmax(-1, Kind::Float).gather(-1, &next, false).squeeze_dim(-1); // [B, T-1]
+    (Tensor::cat(&[Tensor::zeros([b, 1], (Kind::Float, logp.device())), logp], 1), hidden)
+}
+// ANCHOR_END: critic
+
+// ANCHOR: credit_train
+/// REINFORCE with a learned critic: each iteration plays `config.episodes`
+/// episodes on each of `config.tasks` tasks and takes one step on
+/// −Σ m A log π / Σ m, with A = R − V(s) at the granularity `credit`; the
+/// value head takes one step on its value loss. Metrics go to `metrics`.
+pub fn train_with_critic(model: &mut TinyAgent, bpe: &Bpe, tasks: (&[Task], &[Task]), config: &PgConfig, credit: Credit, value_lr: f64, metrics: &Path) -> Vec<PgRecord> {
+    let (train, held_out) = tasks;
+    let mut opt = nn::AdamW::default().build(&model.vs, config.lr).expect("an optimiser for the policy");
+    let critic = ValueHead::new(model.config.d_model, model.device());
+    let mut value_opt = nn::Adam::default().build(&critic.vs, value_lr).expect("an optimiser for the critic");
+    let mut rng = StdRng::seed_from_u64(config.seed);
+    let bar = progress(config.iterations as u64, &format!("{credit:?} credit"));
+    let mut records = Vec::new();
+    for iteration in 0..=config.iterations {
+        let held_out_success = (iteration % config.eval_every == 0).then(|| success_rate(model, bpe, held_out, 2, 1_000 + iteration as u64));
+        if iteration == config.iterations {
+            records.push(PgRecord { iteration, train_success: None, held_out_success, loss: None, action_tokens: 0 });
+            break;
+        }
+        let (played, _) = play_groups(model, bpe, train, config.tasks, config.episodes, &mut rng);
+        let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
+        let batch = collate(&trajectories, model.device());
+        let (logp, hidden) = logprobs_and_hidden(model, &batch); // [B, T], [B, T, D]
+        let (advantages, value_loss) = critic_advantages(&critic.values(&hidden), &trajectories, credit); // [B, T], []
+        let tokens = batch.mask.sum(Kind::Float);
+        let loss = -(logp * &batch.mask * advantages).sum(Kind::Float) / tokens.clamp_min(1.0);
+        opt.backward_step(&loss);
+        value_opt.backward_step(&value_loss);
+        let train_success = played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64;
+        records.push(PgRecord { iteration, train_success: Some(train_success), held_out_success, loss: Some(value_loss.double_value(&[])), action_tokens: tokens.double_value(&[]) as usize });
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    write_metrics(&records, metrics);
+    records
+}
+// ANCHOR_END: credit_train
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,5 +345,27 @@ mod tests {
         let v = evaluate_policy(&mdp, &policy, 0.9);
         let learned = td0_critic(&mdp, &policy, BUGGY, 0.9, 0.02, 20_000, &mut StdRng::seed_from_u64(1));
         assert!((learned[BUGGY] - v[BUGGY]).abs() < 0.05, "{} vs {}", learned[BUGGY], v[BUGGY]);
+    }
+
+    #[test]
+    fn critic_advantages_use_the_state_each_credit_assigns() {
+        use crate::episode::Owner::{Env, Policy, Prompt};
+        let owners = vec![Prompt, Prompt, Policy, Policy, Env, Env, Policy, Env];
+        let trajectory = Trajectory { task: 0, ids: vec![1; 8], owners, logprobs: vec![0.0; 8], reward: 1.0, info: Default::default() };
+        assert_eq!(action_states(&trajectory), vec![(1, 2, 4), (5, 6, 7)]);
+        let values = Tensor::from_slice(&[0.0f32, 0.25, 0.5, 0.0, 0.0, 0.75, 0.0, 0.0]).view([1, 8]);
+        let cases = [
+            // Episode: V(before the first action) for every token.
+            (Credit::Episode, vec![0.0, 0.0, 0.75, 0.75, 0.0, 0.0, 0.75, 0.0], 0.75f64.powi(2)),
+            // Turn: V(before each action) for its tokens.
+            (Credit::Turn, vec![0.0, 0.0, 0.75, 0.75, 0.0, 0.0, 0.25, 0.0], (0.75f64.powi(2) + 0.25f64.powi(2)) / 2.0),
+            // Token: V(just before each token).
+            (Credit::Token, vec![0.0, 0.0, 0.75, 0.5, 0.0, 0.0, 0.25, 0.0], (0.75f64.powi(2) + 0.5f64.powi(2) + 0.25f64.powi(2)) / 3.0),
+        ];
+        for (credit, expected, loss) in cases {
+            let (adv, value_loss) = critic_advantages(&values, std::slice::from_ref(&trajectory), credit);
+            assert_eq!(Vec::<f32>::try_from(adv.view([-1])).unwrap(), expected.iter().map(|&x| x as f32).collect::<Vec<_>>(), "{credit:?}");
+            assert!((value_loss.double_value(&[]) - loss).abs() < 1e-6, "{credit:?}");
+        }
     }
 }

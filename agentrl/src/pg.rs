@@ -199,7 +199,6 @@ pub fn train_reinforce(
 ) -> Vec<PgRecord> {
     let mut opt = nn::AdamW::default().build(&model.vs, config.lr).expect("an optimiser for the model");
     let mut rng = StdRng::seed_from_u64(config.seed);
-    let mut file = std::fs::File::create(metrics).unwrap_or_else(|err| panic!("cannot write {}: {err}", metrics.display()));
     let bar = progress(config.iterations as u64, "REINFORCE");
     let mut records = Vec::new();
     for iteration in 0..=config.iterations {
@@ -221,11 +220,17 @@ pub fn train_reinforce(
         records.push(PgRecord { iteration, train_success: Some(train_success), held_out_success, loss: Some(loss.double_value(&[])), action_tokens });
         bar.inc(1);
     }
-    for record in &records {
+    bar.finish_and_clear();
+    write_metrics(&records, metrics);
+    records
+}
+
+/// Write `records` to `path` as JSON lines.
+pub fn write_metrics(records: &[PgRecord], path: &Path) {
+    let mut file = std::fs::File::create(path).unwrap_or_else(|err| panic!("cannot write {}: {err}", path.display()));
+    for record in records {
         writeln!(file, "{}", serde_json::to_string(record).expect("a record serialises")).expect("metrics written");
     }
-    bar.finish_and_clear();
-    records
 }
 // ANCHOR_END: train
 

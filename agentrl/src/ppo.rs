@@ -1,24 +1,25 @@
 //! Chapter 8: PPO. Importance ratios and the clipped surrogate, with clip
-//! fraction and approximate KL as diagnostics; a value head as critic with
-//! its value loss; and the PPO loop for TinyAgent in the gym: several epochs
-//! of minibatch updates on each batch of episodes.
+//! fraction and approximate KL as diagnostics; and the PPO loop for TinyAgent
+//! in the gym, with Chapter 7's value head at turn level: several epochs of
+//! minibatch updates on each batch of episodes.
 //!
 //! Shapes: `B` trajectories, `T` positions, `D` the model width.
 
+use crate::advantage::{critic_advantages, logprobs_and_hidden, Credit, ValueHead};
 use crate::gym::Task;
 use crate::pg::{play_groups, success_rate};
 use crate::pretrain::progress;
-use crate::tinyagent::{KvCache, TinyAgent};
+use crate::tinyagent::TinyAgent;
 use crate::tokenizer::Bpe;
-use crate::trajectory::{collate, Batch, Trajectory};
+use crate::trajectory::{collate, Trajectory};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::Path;
-use tch::nn::{Module, OptimizerConfig};
-use tch::{nn, Device, Kind, Tensor};
+use tch::nn::OptimizerConfig;
+use tch::{nn, Kind, Tensor};
 
 // ANCHOR: clip
 /// PPO's clipped surrogate per token, to be maximised:
@@ -62,71 +63,6 @@ pub fn diagnostics(logp: &Tensor, old_logp: &Tensor, mask: &Tensor, low: f64, hi
 }
 // ANCHOR_END: clip
 
-// ANCHOR: value
-/// A critic: a linear map from TinyAgent's final hidden state to the expected
-/// return. It reads the hidden states detached, so its loss does not move the
-/// policy, and it has its own parameters and optimiser.
-pub struct ValueHead {
-    pub vs: nn::VarStore,
-    linear: nn::Linear,
-}
-
-impl ValueHead {
-    pub fn new(d_model: i64, device: Device) -> ValueHead {
-        let vs = nn::VarStore::new(device);
-        // Zero weights: V = 0 everywhere at first, so the first updates are plain REINFORCE.
-        let zero = nn::LinearConfig { ws_init: nn::Init::Const(0.0), bs_init: Some(nn::Init::Const(0.0)), bias: true };
-        let linear = nn::linear(vs.root() / "value", d_model, 1, zero);
-        ValueHead { vs, linear }
-    }
-
-    /// V at every position: [B, T, D] -> [B, T].
-    pub fn values(&self, hidden: &Tensor) -> Tensor {
-        self.linear.forward(&hidden.detach()).squeeze_dim(-1)
-    }
-}
-
-/// The positions whose value is the value of the state before an action:
-/// the token just before each run of action tokens (the `<|assistant|>`).
-/// Returns, per trajectory, (state position, first action token, end) triples.
-pub fn action_states(trajectory: &Trajectory) -> Vec<(usize, usize, usize)> {
-    let mask = trajectory.action_mask();
-    let mut spans = Vec::new();
-    let mut t = 0;
-    while t < mask.len() {
-        if mask[t] {
-            let start = t;
-            while t < mask.len() && mask[t] {
-                t += 1;
-            }
-            spans.push((start - 1, start, t));
-        } else {
-            t += 1;
-        }
-    }
-    spans
-}
-
-/// Turn-level advantages A = R − V(s_turn) spread over each action's tokens,
-/// and the value loss (V(s_turn) − R)² averaged over the turns.
-pub fn turn_advantages(values: &Tensor, trajectories: &[Trajectory], rewards: &[f64]) -> (Tensor, Tensor) {
-    let (b, t) = values.size2().unwrap();
-    let v = Vec::<f32>::try_from(values.detach().to_device(Device::Cpu).reshape([-1])).expect("values");
-    let mut advantages = vec![0f32; (b * t) as usize];
-    let (mut rows, mut cols, mut targets) = (Vec::new(), Vec::new(), Vec::new());
-    for (row, (trajectory, &reward)) in trajectories.iter().zip(rewards).enumerate() {
-        for (state, start, end) in action_states(trajectory) {
-            let a = reward as f32 - v[row * t as usize + state];
-            advantages[row * t as usize + start..row * t as usize + end].fill(a);
-            (rows, cols, targets) = ([rows, vec![row as i64]].concat(), [cols, vec![state as i64]].concat(), [targets, vec![reward as f32]].concat());
-        }
-    }
-    let device = values.device();
-    let picked = values.index(&[Some(Tensor::from_slice(&rows).to_device(device)), Some(Tensor::from_slice(&cols).to_device(device))]); // [turns]
-    let value_loss = (picked - Tensor::from_slice(&targets).to_device(device)).square().mean(Kind::Float);
-    (Tensor::from_slice(&advantages).view([b, t]).to_device(device), value_loss)
-}
-// ANCHOR_END: value
 
 // ANCHOR: train
 /// Settings of a PPO run in the gym.
@@ -157,16 +93,6 @@ pub struct PpoRecord {
     pub last: Option<Diagnostics>,
 }
 
-/// log π_θ at every position of a (mini)batch and the final hidden states: [B, T] and [B, T, D].
-fn logprobs_and_hidden(model: &TinyAgent, batch: &Batch) -> (Tensor, Tensor) {
-    let (b, t) = batch.ids.size2().unwrap();
-    let hidden = model.hidden(&batch.ids, &batch.valid, &mut KvCache::default()); // [B, T, D]
-    let logits = model.head(&hidden).narrow(1, 0, t - 1); // [B, T-1, V]
-    let next = batch.ids.narrow(1, 1, t - 1).unsqueeze(-1); // [B, T-1, 1]
-    let logp = logits.log_softmax(-1, Kind::Float).gather(-1, &next, false).squeeze_dim(-1); // [B, T-1]
-    (Tensor::cat(&[Tensor::zeros([b, 1], (Kind::Float, logp.device())), logp], 1), hidden)
-}
-
 /// PPO in the gym: each iteration plays `episodes` episodes on each of `tasks`
 /// training tasks, computes turn-level advantages with the value head, then
 /// makes `epochs` passes over the episodes in `minibatches` minibatches, each
@@ -193,10 +119,9 @@ pub fn train_ppo(model: &mut TinyAgent, bpe: &Bpe, train: &[Task], held_out: &[T
             order.shuffle(&mut rng);
             for chunk in order.chunks(order.len().div_ceil(config.minibatches)) {
                 let picked: Vec<Trajectory> = chunk.iter().map(|&i| trajectories[i].clone()).collect();
-                let rewards: Vec<f64> = picked.iter().map(|t| t.reward).collect();
                 let batch = collate(&picked, model.device());
                 let (logp, hidden) = logprobs_and_hidden(model, &batch); // [b, T], [b, T, D]
-                let (advantages, v_loss) = turn_advantages(&critic.values(&hidden), &picked, &rewards);
+                let (advantages, v_loss) = critic_advantages(&critic.values(&hidden), &picked, Credit::Turn);
                 let (loss, diagnostics) = ppo_policy_loss(&logp, &batch.logprobs, &advantages, &batch.mask, config.clip);
                 opt.backward_step(&loss);
                 value_opt.backward_step(&v_loss);
@@ -257,18 +182,5 @@ mod tests {
         let (_, d) = ppo_policy_loss(&moved, &logp, &adv, &mask, 0.2);
         assert!((d.clip_fraction - 2.0 / 3.0).abs() < 1e-6);
         assert!(d.approx_kl > 0.0);
-    }
-
-    #[test]
-    fn action_states_point_at_the_token_before_each_action() {
-        use crate::episode::Owner;
-        use crate::gym::Info;
-        let owners = [Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Env, Owner::Policy, Owner::Env];
-        let trajectory = Trajectory { task: 0, ids: vec![1; 8], owners: owners.to_vec(), logprobs: vec![0.0; 8], reward: 1.0, info: Info::default() };
-        assert_eq!(action_states(&trajectory), vec![(1, 2, 4), (5, 6, 7)]);
-        let values = Tensor::from_slice(&[0.0f32, 0.25, 0.0, 0.0, 0.0, 0.75, 0.0, 0.0]).view([1, 8]);
-        let (adv, loss) = turn_advantages(&values, &[trajectory], &[1.0]);
-        assert_eq!(Vec::<f32>::try_from(adv.view([-1])).unwrap(), vec![0.0, 0.0, 0.75, 0.75, 0.0, 0.0, 0.25, 0.0]);
-        assert!((loss.double_value(&[]) - (0.75f64.powi(2) + 0.25f64.powi(2)) / 2.0).abs() < 1e-6);
     }
 }
