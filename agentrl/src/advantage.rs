@@ -8,13 +8,12 @@
 
 use crate::gym::Task;
 use crate::mdp::{sample_action, Mdp, Policy};
-use crate::pg::{play_groups, success_rate, write_metrics, PgConfig, PgRecord};
-use crate::pretrain::progress;
+use crate::pg::{reinforce_loop, PgConfig, PgRecord};
 use crate::tinyagent::{KvCache, TinyAgent};
 use crate::tokenizer::Bpe;
-use crate::trajectory::{collate, Batch, Trajectory};
+use crate::trajectory::{Batch, Trajectory};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use tch::nn::{Module, OptimizerConfig};
@@ -249,35 +248,14 @@ pub fn logprobs_and_hidden(model: &TinyAgent, batch: &Batch) -> (Tensor, Tensor)
 /// −Σ m A log π / Σ m, with A = R − V(s) at the granularity `credit`; the
 /// value head takes one step on its value loss. Metrics go to `metrics`.
 pub fn train_with_critic(model: &mut TinyAgent, bpe: &Bpe, tasks: (&[Task], &[Task]), config: &PgConfig, credit: Credit, value_lr: f64, metrics: &Path) -> Vec<PgRecord> {
-    let (train, held_out) = tasks;
-    let mut opt = nn::AdamW::default().build(&model.vs, config.lr).expect("an optimiser for the policy");
     let critic = ValueHead::new(model.config.d_model, model.device());
     let mut value_opt = nn::Adam::default().build(&critic.vs, value_lr).expect("an optimiser for the critic");
-    let mut rng = StdRng::seed_from_u64(config.seed);
-    let bar = progress(config.iterations as u64, &format!("{credit:?} credit"));
-    let mut records = Vec::new();
-    for iteration in 0..=config.iterations {
-        let held_out_success = (iteration % config.eval_every == 0).then(|| success_rate(model, bpe, held_out, 2, 1_000 + iteration as u64));
-        if iteration == config.iterations {
-            records.push(PgRecord { iteration, train_success: None, held_out_success, loss: None, action_tokens: 0 });
-            break;
-        }
-        let (played, _) = play_groups(model, bpe, train, config.tasks, config.episodes, &mut rng);
-        let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
-        let batch = collate(&trajectories, model.device());
-        let (logp, hidden) = logprobs_and_hidden(model, &batch); // [B, T], [B, T, D]
-        let (advantages, value_loss) = critic_advantages(&critic.values(&hidden), &trajectories, credit); // [B, T], []
-        let tokens = batch.mask.sum(Kind::Float);
-        let loss = -(logp * &batch.mask * advantages).sum(Kind::Float) / tokens.clamp_min(1.0);
-        opt.backward_step(&loss);
+    reinforce_loop(model, bpe, tasks, config, &format!("{credit:?} credit"), metrics, &mut |model, trajectories, batch| {
+        let (logp, hidden) = logprobs_and_hidden(model, batch); // [B, T], [B, T, D]
+        let (advantages, value_loss) = critic_advantages(&critic.values(&hidden), trajectories, credit); // [B, T], []
         value_opt.backward_step(&value_loss);
-        let train_success = played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64;
-        records.push(PgRecord { iteration, train_success: Some(train_success), held_out_success, loss: Some(value_loss.double_value(&[])), action_tokens: tokens.double_value(&[]) as usize });
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    write_metrics(&records, metrics);
-    records
+        -(logp * &batch.mask * advantages).sum(Kind::Float) / batch.mask.sum(Kind::Float).clamp_min(1.0)
+    })
 }
 // ANCHOR_END: credit_train
 

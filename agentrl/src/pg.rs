@@ -11,7 +11,7 @@ use crate::mdp::{evaluate_policy, sample_episode, Mdp, Policy};
 use crate::pretrain::{play, play_timed, progress, PlayTime, Played};
 use crate::tinyagent::{Sampling, TinyAgent};
 use crate::tokenizer::Bpe;
-use crate::trajectory::{collate, policy_logprobs, Trajectory};
+use crate::trajectory::{collate, policy_logprobs, Batch, Trajectory};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -197,9 +197,30 @@ pub fn train_reinforce(
     returns: fn(&[f64]) -> Vec<f64>,
     metrics: &Path,
 ) -> Vec<PgRecord> {
+    reinforce_loop(model, bpe, (train, held_out), config, "REINFORCE", metrics, &mut |model, trajectories, batch| {
+        let rewards: Vec<f64> = trajectories.iter().map(|t| t.reward).collect();
+        let weights: Vec<f32> = rewards.chunks(config.episodes).flat_map(returns).map(|w| w as f32).collect();
+        let weights = Tensor::from_slice(&weights).to_device(model.device()); // [B]
+        reinforce_loss(&policy_logprobs(model, batch), &batch.mask, &weights)
+    })
+}
+
+/// The loop of every one-step-per-batch policy gradient in the book: every
+/// `eval_every` iterations the held-out success; each iteration a batch of
+/// groups, and one AdamW step on the loss `loss_of` computes from it.
+pub fn reinforce_loop(
+    model: &mut TinyAgent,
+    bpe: &Bpe,
+    tasks: (&[Task], &[Task]),
+    config: &PgConfig,
+    what: &str,
+    metrics: &Path,
+    loss_of: &mut dyn FnMut(&TinyAgent, &[Trajectory], &Batch) -> Tensor,
+) -> Vec<PgRecord> {
+    let (train, held_out) = tasks;
     let mut opt = nn::AdamW::default().build(&model.vs, config.lr).expect("an optimiser for the model");
     let mut rng = StdRng::seed_from_u64(config.seed);
-    let bar = progress(config.iterations as u64, "REINFORCE");
+    let bar = progress(config.iterations as u64, what);
     let mut records = Vec::new();
     for iteration in 0..=config.iterations {
         let held_out_success = (iteration % config.eval_every == 0).then(|| success_rate(model, bpe, held_out, 2, 1_000 + iteration as u64));
@@ -210,10 +231,7 @@ pub fn train_reinforce(
         let (played, _) = play_groups(model, bpe, train, config.tasks, config.episodes, &mut rng);
         let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
         let batch = collate(&trajectories, model.device());
-        let rewards: Vec<f64> = played.iter().map(|p| p.reward).collect();
-        let weights: Vec<f32> = rewards.chunks(config.episodes).flat_map(returns).map(|w| w as f32).collect();
-        let weights = Tensor::from_slice(&weights).to_device(model.device()); // [B]
-        let loss = reinforce_loss(&policy_logprobs(model, &batch), &batch.mask, &weights);
+        let loss = loss_of(model, &trajectories, &batch);
         opt.backward_step(&loss);
         let train_success = played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64;
         let action_tokens = batch.mask.sum(Kind::Float).double_value(&[]) as usize;
