@@ -262,7 +262,7 @@ mod tests {
         let (theta, p) = ([0.5, -0.2, 0.1, 0.0], [0.9, 0.2, 0.5, 0.1]);
         let exact = exact_gradient(&theta, &p);
         // Closed form: dJ/dθ_a = π_a (p_a − J).
-        let pi: Vec<f64> = { let e: Vec<f64> = theta.iter().map(|x: &f64| x.exp()).collect(); let z: f64 = e.iter().sum(); e.iter().map(|x| x / z).collect() };
+        let pi = crate::bandit::softmax(&theta);
         let j: f64 = pi.iter().zip(&p).map(|(a, b)| a * b).sum();
         for a in 0..4 {
             assert!((exact[a] - pi[a] * (p[a] - j)).abs() < 1e-12);

@@ -9,8 +9,8 @@
 use crate::grpo::{aggregate, logprobs_and_entropy, LossNorm, Regularizer};
 use crate::tinyagent::TinyAgent;
 use crate::trajectory::{collate, Batch, Trajectory};
+use crate::mdp::sample_action;
 use rand::rngs::StdRng;
-use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
@@ -67,11 +67,7 @@ pub fn exact_moments(q: &[f64], p: &[f64], estimator: Estimator) -> (f64, f64) {
 pub fn sampled_moments(q: &[f64], p: &[f64], estimator: Estimator, n: usize, rng: &mut StdRng) -> (f64, f64) {
     let values: Vec<f64> = (0..n)
         .map(|_| {
-            let (mut u, mut x) = (rng.random::<f64>(), 0);
-            while x + 1 < q.len() && u >= q[x] {
-                u -= q[x];
-                x += 1;
-            }
+            let x = sample_action(q, rng);
             estimator.value((p[x] / q[x]).ln())
         })
         .collect();
@@ -159,13 +155,8 @@ impl Regularizer for EntropyBonus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bandit::softmax;
     use rand::SeedableRng;
-
-    fn softmax(z: &[f64]) -> Vec<f64> {
-        let e: Vec<f64> = z.iter().map(|x| x.exp()).collect();
-        let s: f64 = e.iter().sum();
-        e.iter().map(|x| x / s).collect()
-    }
 
     #[test]
     fn exact_kl_matches_torch_and_k1_k3_are_unbiased_k2_is_not() {

@@ -1,16 +1,8 @@
 //! Chapter 6: reference solutions. The model answers, with the reasoning
 //! behind them, are in `chapters/answers-06.md`.
 
+use agentrl::bandit::softmax;
 use agentrl::mdp::{sample_action, StdRng};
-
-/// The softmax of `theta`, with the largest logit subtracted first so that
-/// no exponential overflows.
-fn softmax(theta: &[f64]) -> Vec<f64> {
-    let top = theta.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let e: Vec<f64> = theta.iter().map(|&x| (x - top).exp()).collect();
-    let z: f64 = e.iter().sum();
-    e.iter().map(|x| x / z).collect()
-}
 
 /// Exercise 6.1: $\nabla_\theta \log \pi_\theta(a) = e_a - \pi_\theta$.
 pub fn softmax_score(theta: &[f64], a: usize) -> Vec<f64> {

@@ -1,14 +1,7 @@
 //! Chapter 7: reference solutions. The model answers, with the reasoning
 //! behind them, are in `chapters/answers-07.md`.
 
-/// The softmax of `theta`, with the largest logit subtracted first so that
-/// no exponential overflows.
-fn softmax(theta: &[f64]) -> Vec<f64> {
-    let top = theta.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let e: Vec<f64> = theta.iter().map(|&x| (x - top).exp()).collect();
-    let z: f64 = e.iter().sum();
-    e.iter().map(|x| x / z).collect()
-}
+use agentrl::bandit::softmax;
 
 /// Exercise 7.1: with $w_a = \lVert e_a - \pi \rVert^2 = 1 - 2\pi_a + \sum_c \pi_c^2$,
 /// $b^* = \sum_a \pi_a p_a w_a / \sum_a \pi_a w_a$ (since $\mathbb{E}[R \mid a] = p_a$).

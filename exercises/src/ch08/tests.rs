@@ -12,16 +12,7 @@ use agentrl::mdp::{sample_action, seeded_rng, StdRng};
 use agentrl::ppo::{clipped_surrogate, ppo_policy_loss};
 use tch::{Kind, Tensor};
 
-use crate::testkit::{assert_close, between};
-
-/// A 1-D `f64` tensor.
-fn tensor(values: &[f64]) -> Tensor {
-    Tensor::from_slice(values)
-}
-
-fn to_vec(t: &Tensor) -> Vec<f64> {
-    Vec::<f64>::try_from(t.to_kind(Kind::Double).reshape([-1])).expect("a tensor of numbers")
-}
+use crate::testkit::{assert_close, between, tensor, to_vec};
 
 /// The library's clipped surrogate for one token with the given ratio (log π_old = 0).
 fn library_objective(ratio: f64, advantage: f64, eps: f64) -> f64 {

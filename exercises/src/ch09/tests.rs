@@ -11,23 +11,9 @@ use super::*;
 use agentrl::advantage::{group_advantages, GroupBaseline};
 use agentrl::grpo::{clip_range_surrogate, grpo_loss, informative_groups, LossNorm};
 use agentrl::mdp::{sample_action, seeded_rng, StdRng};
-use tch::{Kind, Tensor};
+use tch::Kind;
 
-use crate::testkit::{assert_close, between};
-
-/// A 1-D `f64` tensor.
-fn tensor(values: &[f64]) -> Tensor {
-    Tensor::from_slice(values)
-}
-
-fn to_vec(t: &Tensor) -> Vec<f64> {
-    Vec::<f64>::try_from(t.to_kind(Kind::Double).reshape([-1])).expect("a tensor of numbers")
-}
-
-/// A uniformly drawn index below `n`.
-fn index_below(n: usize, rng: &mut StdRng) -> usize {
-    sample_action(&vec![1.0 / n as f64; n], rng).min(n - 1)
-}
+use crate::testkit::{assert_close, between, index_below, tensor, to_vec};
 
 const NORMS: [LossNorm; 5] = [LossNorm::SequenceMean, LossNorm::TokenMean, LossNorm::Constant(1.0), LossNorm::Constant(7.5), LossNorm::Constant(128.0)];
 

@@ -9,31 +9,15 @@
 //! from one particular solution.
 
 use super::*;
+use agentrl::bandit::softmax;
 use agentrl::episode::Owner;
 use agentrl::grpo::Regularizer;
 use agentrl::mdp::{sample_action, seeded_rng, StdRng};
 use agentrl::regularization::{exact_kl, exact_moments, Estimator, KlPenalty, Placement};
 use agentrl::tinyagent::{self, TinyAgent};
 use agentrl::trajectory::{collate, policy_logprobs, Trajectory};
-use tch::{Kind, Tensor};
 
-use crate::testkit::{assert_close, between};
-
-/// A 1-D `f64` tensor.
-fn tensor(values: &[f64]) -> Tensor {
-    Tensor::from_slice(values)
-}
-
-fn to_vec(t: &Tensor) -> Vec<f64> {
-    Vec::<f64>::try_from(t.to_kind(Kind::Double).reshape([-1])).expect("a tensor of numbers")
-}
-
-fn softmax(z: &[f64]) -> Vec<f64> {
-    let max = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let e: Vec<f64> = z.iter().map(|x| (x - max).exp()).collect();
-    let total: f64 = e.iter().sum();
-    e.iter().map(|x| x / total).collect()
-}
+use crate::testkit::{assert_close, between, index_below, tensor, to_vec};
 
 /// `k` logits drawn uniformly from [−scale, scale).
 fn logits(k: usize, scale: f64, rng: &mut StdRng) -> Vec<f64> {
@@ -42,7 +26,7 @@ fn logits(k: usize, scale: f64, rng: &mut StdRng) -> Vec<f64> {
 
 /// A number of categories from 2 to `max`.
 fn categories(max: usize, rng: &mut StdRng) -> usize {
-    2 + sample_action(&vec![1.0 / (max - 1) as f64; max - 1], rng)
+    2 + index_below(max - 1, rng)
 }
 
 /// Two random categoricals over the same 2 to 8 categories, every probability positive.
