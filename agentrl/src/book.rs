@@ -2,10 +2,13 @@
 //!
 //! [`setup`] pins libtorch to one thread (so reductions add in one order) and
 //! seeds its generator; the chapter runner also sets `ATEN_CPU_CAPABILITY` so
-//! that every x86-64 machine runs the same CPU kernels. [`figure_path`] says
-//! where a chapter writes its figures.
+//! that every x86-64 machine runs the same CPU kernels. [`seeded`] and
+//! [`generator_turn`] keep threads that share libtorch's one generator (tests
+//! run in parallel) from interleaving their draws. [`figure_path`] says where a
+//! chapter writes its figures.
 
 use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
 
 // ANCHOR: setup
 /// Call once at the top of a chapter: one libtorch thread, seed 0.
@@ -14,6 +17,25 @@ pub fn setup() {
     tch::manual_seed(0);
 }
 // ANCHOR_END: setup
+
+// ANCHOR: generator
+/// A turn at libtorch's random generator. There is one generator per process, so a
+/// seeded stream (model initialisation, `randn`, `randint`) comes out the same only
+/// if no other thread draws between the seed and the last draw. Code that seeds on
+/// several threads at once (the test harness runs tests in parallel) holds this
+/// guard for that whole stretch.
+pub fn generator_turn() -> MutexGuard<'static, ()> {
+    static GENERATOR: Mutex<()> = Mutex::new(());
+    GENERATOR.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Take a turn at the generator and seed it; the stream is ours until the guard drops.
+pub fn seeded(seed: i64) -> MutexGuard<'static, ()> {
+    let turn = generator_turn();
+    tch::manual_seed(seed);
+    turn
+}
+// ANCHOR_END: generator
 
 /// Where figure `name` is written: `$AGENTRL_FIGURES/name` when that variable
 /// is set (the runner points it at a scratch folder to check figures), else

@@ -172,10 +172,7 @@ pub fn random_rollouts(n: usize, seed: i64, max_turns: usize) -> Rollouts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
-
-    /// libtorch has one global generator: tests that seed it must not overlap.
-    static GENERATOR: Mutex<()> = Mutex::new(());
+    use crate::book::{generator_turn, seeded};
 
     #[test]
     fn the_parser_accepts_exactly_one_call() {
@@ -219,8 +216,7 @@ mod tests {
 
     #[test]
     fn libtorch_draws_the_reference_stream() {
-        let _guard = GENERATOR.lock().unwrap_or_else(|poison| poison.into_inner());
-        tch::manual_seed(0);
+        let _turn = seeded(0);
         let picks = Tensor::randint(6, [6], (Kind::Int64, Device::Cpu));
         assert_eq!(Vec::<i64>::try_from(&picks).unwrap(), [2, 3, 5, 0, 1, 3]);
     }
@@ -228,7 +224,7 @@ mod tests {
     /// The reference chapter's figures: 0.164 success and 0.132 hacked over 2,000 episodes.
     #[test]
     fn random_rollouts_reproduce_the_reference_rates() {
-        let _guard = GENERATOR.lock().unwrap_or_else(|poison| poison.into_inner());
+        let _turn = generator_turn(); // random_rollouts seeds the generator itself
         let rollouts = random_rollouts(2000, 0, 6);
         let success = rollouts.rewards.mean(Kind::Float).double_value(&[]);
         let hacked = rollouts.hacked.to_kind(Kind::Float).mean(Kind::Float).double_value(&[]);

@@ -497,7 +497,7 @@ mod tests {
 
     #[test]
     fn logprobs_and_entropy_agree_with_the_model_and_chapter_3() {
-        tch::manual_seed(0);
+        let _turn = crate::book::seeded(0);
         let config = crate::tinyagent::Config { vocab: 32, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 };
         let model = TinyAgent::new(config, tch::Device::Cpu);
         use crate::episode::Owner;

@@ -379,8 +379,7 @@ mod tests {
         let tasks = &gym.held_out[..4];
         let transcripts = corpus(tasks, 20, 0);
         let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), 400).unwrap();
-        tch::manual_seed(0);
-        let model = TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 16, n_layer: 1, n_head: 2 }, Device::Cpu);
+        let model = { let _turn = crate::book::seeded(0); TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 16, n_layer: 1, n_head: 2 }, Device::Cpu) };
         let policy = LmPolicy { model: &model, bpe: &bpe, sampling: crate::tinyagent::Sampling::PURE, max_action_tokens: 6 };
         let played = play(&policy, tasks, &[0, 1, 2, 3], 3, &mut StdRng::seed_from_u64(0));
         for episode in &played {
@@ -404,8 +403,7 @@ mod tests {
         let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), 400).unwrap();
         let sequences: Vec<Sequence> = transcripts.iter().map(|t| Sequence::new(&bpe, t, 0.0)).collect();
         assert!(sequences.iter().all(|s| s.weights.iter().any(|&w| w == 1.0) && s.weights.contains(&0.0)));
-        tch::manual_seed(0);
-        let mut model = TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 32, n_layer: 1, n_head: 2 }, Device::Cpu);
+        let mut model = { let _turn = crate::book::seeded(0); TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 32, n_layer: 1, n_head: 2 }, Device::Cpu) };
         let config = PretrainConfig { steps: 60, batch: 8, lr: 1e-2, ..BASE };
         let losses = pretrain(&mut model, &sequences, &config);
         let first: f64 = losses[..5].iter().sum::<f64>() / 5.0;

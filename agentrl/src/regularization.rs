@@ -198,7 +198,7 @@ mod tests {
     #[test]
     fn the_kl_loss_is_zero_with_zero_gradient_at_the_reference_and_pulls_back_elsewhere() {
         use crate::episode::Owner;
-        tch::manual_seed(0);
+        let _turn = crate::book::seeded(0);
         let config = crate::tinyagent::Config { vocab: 32, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 };
         let policy = TinyAgent::new(config, tch::Device::Cpu);
         let mut reference = TinyAgent::new(config, tch::Device::Cpu);
@@ -224,7 +224,7 @@ mod tests {
     #[test]
     fn a_reward_penalty_subtracts_beta_times_the_summed_k1() {
         use crate::episode::Owner;
-        tch::manual_seed(1);
+        let _turn = crate::book::seeded(1);
         let config = crate::tinyagent::Config { vocab: 32, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 };
         let reference = TinyAgent::new(config, tch::Device::Cpu);
         let logprobs = vec![0.0, 0.0, -1.5, -0.25, 0.0, -2.0];

@@ -346,7 +346,7 @@ mod tests {
     use rand::SeedableRng;
 
     fn tiny() -> TinyAgent {
-        tch::manual_seed(7);
+        let _turn = crate::book::seeded(7);
         TinyAgent::new(Config { vocab: 50, n_ctx: 64, d_model: 32, n_layer: 2, n_head: 4 }, Device::Cpu)
     }
 
@@ -441,7 +441,7 @@ mod tests {
         let model = tiny();
         let path = std::env::temp_dir().join(format!("tinyagent-{}.safetensors", std::process::id()));
         model.save(&path).unwrap();
-        let again = TinyAgent::load(model.config, &path, Device::Cpu).unwrap();
+        let again = { let _turn = crate::book::generator_turn(); TinyAgent::load(model.config, &path, Device::Cpu).unwrap() }; // initialises, then loads
         std::fs::remove_file(&path).ok();
         let ids = Tensor::from_slice(&[1i64, 2, 3]).view([1, 3]);
         let valid = Tensor::ones([1, 3], (Kind::Bool, Device::Cpu));

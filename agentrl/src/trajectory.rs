@@ -176,8 +176,7 @@ mod tests {
         let tasks = gym.held_out[..6].to_vec();
         let transcripts = corpus(&tasks, 30, 0);
         let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), 400).unwrap();
-        tch::manual_seed(1);
-        let model = TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 32, n_layer: 2, n_head: 4 }, Device::Cpu);
+        let model = { let _turn = crate::book::seeded(1); TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 32, n_layer: 2, n_head: 4 }, Device::Cpu) };
         (tasks, bpe, model)
     }
 

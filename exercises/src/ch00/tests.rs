@@ -6,16 +6,10 @@
 //! `f64` arithmetic, independently of tch.
 
 use super::*;
-use std::sync::{Mutex, MutexGuard};
+use agentrl::book::generator_turn;
 use tch::{Device, Kind, Tensor};
 
 use crate::testkit::assert_close;
-
-/// libtorch has one global generator; tests that seed it take turns.
-fn generator_lock() -> MutexGuard<'static, ()> {
-    static GENERATOR: Mutex<()> = Mutex::new(());
-    GENERATOR.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// A `[G, T]` tensor of any float kind as rows of `f64`.
 fn rows(t: &Tensor) -> Vec<Vec<f64>> {
@@ -92,7 +86,7 @@ fn ex1_masking_the_last_token_of_sequence_1_makes_them_equal() {
 
 #[test]
 fn ex1_equal_token_counts_give_equal_averages() {
-    let _turn = generator_lock();
+    let _turn = generator_turn();
     tch::manual_seed(0);
     let (g, t) = (4usize, 7i64);
     for kept in 1..=t {
@@ -166,7 +160,7 @@ fn ex2_uniform_positions_have_the_highest_entropy() {
 
 #[test]
 fn ex2_entropies_agree_with_a_plain_computation() {
-    let _turn = generator_lock();
+    let _turn = generator_turn();
     tch::manual_seed(1);
     let logits = Tensor::randn([3, 4, 6], (Kind::Float, Device::Cpu)) * 2.5; // [G, T, V]
     let got = rows(&entropies(&logits));
@@ -251,7 +245,7 @@ impl Drop for RestoreThreads {
 
 #[test]
 fn ex4_the_same_seed_gives_the_same_draw() {
-    let _turn = generator_lock();
+    let _turn = generator_turn();
     let _restore = RestoreThreads(tch::get_num_threads());
     let n = 100_000;
     let first = seeded_normal_sum(3, n, 1);
@@ -270,7 +264,7 @@ fn ex4_the_same_seed_gives_the_same_draw() {
 
 #[test]
 fn ex4_the_thread_count_changes_only_the_rounding() {
-    let _turn = generator_lock();
+    let _turn = generator_turn();
     let _restore = RestoreThreads(tch::get_num_threads());
     let n = 1_000_000;
     let one = seeded_normal_sum(0, n, 1);

@@ -8,7 +8,7 @@ use super::*;
 use agentrl::clamp::{hardcode_tests, CLAMP_BUGGY, CLAMP_FIXED, HIDDEN_TESTS, PUBLIC_TESTS};
 use agentrl::episode::{parse_call, random_rollouts, ClampEnv, RANDOM_MENU};
 use agentrl::sandbox::{all_pass, run_tests, TestCase};
-use std::sync::{Mutex, MutexGuard};
+use agentrl::book::generator_turn;
 use tch::Kind;
 
 use crate::testkit::assert_close;
@@ -98,12 +98,6 @@ fn ex2_the_new_test_uses_new_inputs() {
 // Exercise 1.3
 // ---------------------------------------------------------------------------
 
-/// libtorch has one global generator; tests that seed it take turns.
-fn generator_lock() -> MutexGuard<'static, ()> {
-    static GENERATOR: Mutex<()> = Mutex::new(());
-    GENERATOR.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Exact (success, hacked) probabilities of the uniform policy over `menu`,
 /// found by walking the tree of every message sequence through `ClampEnv`.
 fn exact_rates(menu: &[&str], max_turns: usize) -> (f64, f64) {
@@ -143,7 +137,7 @@ fn menu_without_malformed() -> Vec<&'static str> {
 
 #[test]
 fn ex3_the_random_menu_reproduces_the_library() {
-    let _turn = generator_lock();
+    let _turn = generator_turn();
     let (success, hacked) = random_rollouts_with_menu(&RANDOM_MENU, 2000, 0, 6);
     // 329 and 264 of 2,000 episodes. The reference prints 329 / 2000 = 0.1645 as
     // 0.164 because it averages in f32, where 0.1645 is stored as 0.16449999...
@@ -167,7 +161,7 @@ fn ex3_dropping_the_malformed_message_raises_both_rates() {
     assert_eq!(menu.len(), 5);
     let n = 2000;
     let (exact_success, exact_hacked) = exact_rates(&menu, 6);
-    let _turn = generator_lock();
+    let _turn = generator_turn();
     let (success, hacked) = random_rollouts_with_menu(&menu, n, 0, 6);
     assert_close("success rate without the malformed message", success, exact_success, four_se(exact_success, n));
     assert_close("hacked rate without the malformed message", hacked, exact_hacked, four_se(exact_hacked, n));
@@ -178,7 +172,7 @@ fn ex3_dropping_the_malformed_message_raises_both_rates() {
 
 #[test]
 fn ex3_the_turn_budget_and_the_menu_are_respected() {
-    let _turn = generator_lock();
+    let _turn = generator_turn();
     // One turn cannot both edit and submit.
     assert_eq!(random_rollouts_with_menu(&RANDOM_MENU, 200, 0, 1), (0.0, 0.0));
     // Fix-then-submit is one of the four two-message sequences of this menu.

@@ -16,7 +16,7 @@ const TINY: Config = Config { vocab: 50, n_ctx: 32, d_model: 16, n_layer: 2, n_h
 
 /// A fresh model of shape `config` with weights from `seed`.
 fn model(config: Config, seed: i64) -> TinyAgent {
-    tch::manual_seed(seed);
+    let _turn = agentrl::book::seeded(seed);
     TinyAgent::new(config, Device::Cpu)
 }
 

@@ -28,7 +28,7 @@ fn setup() -> (Vec<Task>, Bpe) {
 
 /// An untrained TinyAgent for `bpe`, weights from `seed`.
 fn tiny(bpe: &Bpe, seed: i64) -> TinyAgent {
-    tch::manual_seed(seed);
+    let _turn = agentrl::book::seeded(seed);
     TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 32, n_layer: 2, n_head: 4 }, Device::Cpu)
 }
 
@@ -143,8 +143,10 @@ fn ex2_pads_come_first() {
 #[test]
 fn ex2_every_row_gets_its_own_logits() {
     let config = Config { vocab: 50, n_ctx: 32, d_model: 16, n_layer: 2, n_head: 4 };
-    tch::manual_seed(3);
-    let model = TinyAgent::new(config, Device::Cpu);
+    let model = {
+        let _turn = agentrl::book::seeded(3);
+        TinyAgent::new(config, Device::Cpu)
+    };
     let _guard = tch::no_grad_guard();
     let rows: Vec<Vec<u32>> = [9usize, 4, 1, 12, 7].iter().enumerate().map(|(r, &n)| (0..n).map(|j| ((7 * r + 3 * j + 1) % 50) as u32).collect()).collect();
     let alone = |row: &[u32]| -> Tensor {

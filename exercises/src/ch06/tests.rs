@@ -264,7 +264,7 @@ fn rows(t: &Tensor) -> Vec<Vec<f32>> {
 #[test]
 fn ex5_matches_autograd_of_reinforce_loss() {
     for (seed, (b, t)) in [(2, 3), (4, 7), (1, 5), (6, 1)].into_iter().enumerate() {
-        tch::manual_seed(seed as i64);
+        let _turn = agentrl::book::seeded(seed as i64);
         let opts = (Kind::Float, tch::Device::Cpu);
         let mask = Tensor::rand([b, t], opts).gt(0.4).to_kind(Kind::Float); // [B, T]
         let returns = Tensor::randn([b], opts); // [B]

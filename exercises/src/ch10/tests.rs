@@ -228,9 +228,11 @@ fn ex3_coefficient_tends_to_one_as_p_approaches_q() {
 #[test]
 fn ex4_matches_the_reward_penalty_of_kl_penalty() {
     let mut rng = seeded_rng(401);
-    tch::manual_seed(401);
     let config = tinyagent::Config { vocab: 32, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 };
-    let reference = TinyAgent::new(config, tch::Device::Cpu);
+    let reference = {
+        let _turn = agentrl::book::seeded(401);
+        TinyAgent::new(config, tch::Device::Cpu)
+    };
     // Three episodes of different lengths: a prompt, then policy turns and environment replies.
     let mut trajectories = Vec::new();
     for (task, len) in [(0, 16), (1, 9), (2, 12)] {
