@@ -89,6 +89,9 @@ pub fn check_html() -> Result<()> {
                     problems.push(format!("{} contains {needle:?}", path.display()));
                 }
             }
+            for target in dead_links(&book, &html) {
+                problems.push(format!("{} links to {target}, which is not in the built book", path.display()));
+            }
         }
     }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
@@ -109,6 +112,27 @@ pub fn check_html() -> Result<()> {
     } else {
         Err(problems.join("\n"))
     }
+}
+
+/// The relative `href` and `src` targets of `html` (a page at the top of `book`)
+/// that name no file of the built book. Links to other sites and to anchors of
+/// the same page are not checked.
+fn dead_links(book: &std::path::Path, html: &str) -> Vec<String> {
+    let mut dead = Vec::new();
+    for attribute in ["href=\"", "src=\""] {
+        for piece in html.split(attribute).skip(1) {
+            let target = piece.split('"').next().unwrap_or_default();
+            let file = target.split(['#', '?']).next().unwrap_or_default();
+            let external = target.contains("://") || target.starts_with("mailto:") || target.starts_with("data:");
+            if external || file.is_empty() || dead.iter().any(|d| d == target) {
+                continue;
+            }
+            if !book.join(file).exists() {
+                dead.push(target.to_string());
+            }
+        }
+    }
+    dead
 }
 
 /// Load one chapter page and check that its math rendered (if it has any), its
@@ -257,5 +281,24 @@ pub fn grade_exercises() -> Result<()> {
         Ok(())
     } else {
         Err(problems.join("\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dead_links;
+
+    #[test]
+    fn links_to_missing_pages_and_images_are_dead_and_others_are_not() {
+        let book = std::env::temp_dir().join(format!("xtask-links-{}", std::process::id()));
+        std::fs::create_dir_all(book.join("figures")).unwrap();
+        std::fs::write(book.join("02-rl.html"), "").unwrap();
+        std::fs::write(book.join("figures/a.svg"), "").unwrap();
+        let html = r##"<a href="02-rl.html#bandits">ok</a> <a href="11-rewards.html">planned</a>
+            <img src="figures/a.svg"> <img src="figures/b.svg"> <a href="#top">same page</a>
+            <a href="https://example.org/x.html">elsewhere</a> <a href="11-rewards.html">again</a>"##;
+        let dead = dead_links(&book, html);
+        std::fs::remove_dir_all(&book).unwrap();
+        assert_eq!(dead, ["11-rewards.html", "figures/b.svg"]);
     }
 }
