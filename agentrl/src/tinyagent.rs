@@ -305,7 +305,7 @@ impl TinyAgent {
         let mut done = vec![false; b];
         let mut cache = KvCache::default();
         let mut logits = self.forward(&ids_tensor(&ids, device), &ids_tensor(&valid, device).to_kind(Kind::Bool), &mut cache);
-        for _ in 0..max_new {
+        for step in 0..max_new {
             let last = logits.select(1, -1).to_kind(Kind::Float).to_device(Device::Cpu); // [B, V]
             let rows = Vec::<f32>::try_from(last.reshape([-1])).expect("logits are f32");
             let v = rows.len() / b;
@@ -320,8 +320,8 @@ impl TinyAgent {
                     (next[row], fresh[row]) = (token as i64, 1);
                 }
             }
-            if done.iter().all(|&d| d) {
-                break;
+            if done.iter().all(|&d| d) || step + 1 == max_new {
+                break; // nothing left to sample: no need for another forward pass
             }
             for row in 0..b {
                 ids[row].push(next[row]);
