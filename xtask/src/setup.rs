@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Instant;
 
 pub const TORCH: &str = "2.13.0"; // what tch 0.26 expects
-const MDBOOK: &str = "0.5.4";
+const MDBOOK: &str = "0.5.3"; // the mdBook that mdbook-katex 0.10.0 is built against (a newer one makes it warn)
 const MDBOOK_KATEX: &str = "0.10.0";
 const EVCXR: &str = "0.22.0";
 const KATEX_CSS: &str = "0.16.4"; // the KaTeX that mdbook-katex 0.10.0 renders with
