@@ -19,6 +19,7 @@ pub struct Cell {
     pub output: Option<(String, usize, usize)>,
 }
 
+#[derive(Clone)]
 pub struct Chapter {
     /// File stem, e.g. `01-what-is-agentic-rl`.
     pub name: String,

@@ -58,9 +58,10 @@ const GOALS: &[(&str, &str, &str, f64, f64)] = &[
     ("03-language-models-as-policies", " calls: ", "% parse", 95.0, 100.0),
     // REINFORCE must take the base model well above its chance level (about 0.2).
     ("06-policy-gradients", "iteration 24: held-out success ", ",", 0.5, 1.0),
-    // The main loop starts from a base model at most 30 % successful and must reach 80 %.
-    ("09-grpo-and-the-training-loop", "GRPO++ held-out success ", " at iteration 0", 0.0, 0.3),
-    ("09-grpo-and-the-training-loop", "at iteration 0 -> ", " at iteration 24", 0.8, 1.0),
+    // The main loop starts from a base model at most 30 % successful and must
+    // take it, averaged over three seeds, to at least 70 %.
+    ("09-grpo-and-the-training-loop", "GRPO++ mean held-out success over 3 seeds: ", " at iteration 0", 0.0, 0.3),
+    ("09-grpo-and-the-training-loop", "at iteration 0 -> ", " at iteration 24", 0.7, 1.0),
 ];
 
 fn goal_problems(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
@@ -178,18 +179,47 @@ impl Tally {
     }
 }
 
+/// Chapters run two at a time (the machine has two cores). Chapters 0 to 4 come
+/// first: Chapter 3 trains and saves the base model that Chapters 5 on load.
+const WORKERS: usize = 2;
+
+fn in_stages(chapters: &[Chapter], f: impl Fn(usize, &Chapter) -> Result<runner::Run> + Sync) -> Vec<Result<runner::Run>> {
+    let (early, late): (Vec<Chapter>, Vec<Chapter>) = chapters.iter().cloned().partition(|c| c.name.as_str() < "05");
+    let mut runs = util::parallel(&early, WORKERS, &f);
+    runs.extend(util::parallel(&late, WORKERS, &f));
+    runs
+}
+
+fn in_stage_order(chapters: Vec<Chapter>) -> Vec<Chapter> {
+    let (mut early, late): (Vec<Chapter>, Vec<Chapter>) = chapters.into_iter().partition(|c| c.name.as_str() < "05");
+    early.extend(late);
+    early
+}
+
 /// Run all chapters once; returns (chapter, outputs) and records checks.
 /// With `write_figures` (the `book` command) the figures each run draws are
 /// written to figures/; otherwise (the `test` command) they must equal it.
 fn run_chapters(tally: &mut Tally, write_figures: bool) -> Result<Vec<(Chapter, Vec<String>)>> {
-    let chapters = chapter::all()?;
+    run_chapters_under(tally, write_figures, chapter::all()?, &[])
+}
+
+/// [`run_chapters`] for some chapters, with `overrides` replacing variables
+/// of the book environment.
+fn run_chapters_under(tally: &mut Tally, write_figures: bool, chapters: Vec<Chapter>, overrides: &[(&str, &str)]) -> Result<Vec<(Chapter, Vec<String>)>> {
+    let chapters = in_stage_order(chapters);
     runner::build(&chapters)?;
+    let runs = in_stages(&chapters, |_, chapter| {
+        let run = runner::execute(chapter, &scratch_figures(chapter, "runner"), overrides);
+        if let Ok(run) = &run {
+            eprintln!("  chapter {} ran in {:.1} s", chapter.name, run.elapsed.as_secs_f64());
+        }
+        run
+    });
     let mut results = Vec::new();
-    for chapter in chapters {
+    for (chapter, run) in chapters.into_iter().zip(runs) {
         let figures = scratch_figures(&chapter, "runner");
-        match runner::execute(&chapter, &figures, &[]) {
+        match run {
             Ok(run) => {
-                eprintln!("  chapter {} ran in {:.1} s", chapter.name, run.elapsed.as_secs_f64());
                 let mut problems = output_differences(&chapter, &run.outputs);
                 if !problems.is_empty() {
                     problems.push(format!("(if the change is intended: cargo xtask refresh {})", chapter.name));
@@ -201,11 +231,6 @@ fn run_chapters(tally: &mut Tally, write_figures: bool) -> Result<Vec<(Chapter, 
                     tally.result(&format!("chapter {}: figures written", chapter.name), copy_figures(&figures));
                 }
                 tally.check(&format!("chapter {}: figures", chapter.name), figure_problems(&chapter, &figures));
-                if TRAINS_NETWORKS.iter().any(|prefix| chapter.name.starts_with(prefix)) {
-                    eprintln!("  chapter {}: no second-setting run (it trains a network; see TRAINS_NETWORKS)", chapter.name);
-                } else {
-                    tally.check(&format!("chapter {}: same outputs under a second setting", chapter.name), second_setting(&chapter, &run.outputs));
-                }
                 results.push((chapter, run.outputs));
             }
             Err(err) => tally.check(&format!("chapter {}: runs", chapter.name), vec![err]),
@@ -214,38 +239,32 @@ fn run_chapters(tally: &mut Tally, write_figures: bool) -> Result<Vec<(Chapter, 
     Ok(results)
 }
 
-/// Chapters that train a network and then sample from it. Their outputs are
-/// reproducible under the pinned setting (same kernels, same thread count), but
-/// not under another one: a different summation order changes the weights in
-/// their last bits, and after hundreds of steps and thousands of draws some
-/// sampled token changes. So they get no second-setting run.
-const TRAINS_NETWORKS: &[&str] = &["03", "05", "06", "07", "08", "09", "10"];
-
-/// Run the chapter again with other CPU kernels (the baseline ones instead of
-/// the pinned AVX2, MKL in its compatible mode) and two OpenMP threads: the
-/// printed outputs and figures must not move. This is the evidence that these
-/// chapters' numbers do not depend on the machine at all.
-fn second_setting(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
-    let figures = scratch_figures(chapter, "second-setting");
-    let overrides = [("ATEN_CPU_CAPABILITY", "default"), ("MKL_CBWR", "COMPATIBLE"), ("OMP_NUM_THREADS", "2"), ("MKL_NUM_THREADS", "2")];
-    match runner::execute(chapter, &figures, &overrides) {
-        Ok(run) => {
-            let mut problems: Vec<String> = chapter
-                .cells
-                .iter()
-                .zip(outputs.iter().zip(&run.outputs))
-                .filter(|(_, (a, b))| a != b)
-                .map(|(cell, (a, b))| format!("cell at chapters/{}.md line {} prints differently with baseline kernels / 2 threads:\n{}", chapter.name, cell.line, diff(a, b)))
-                .collect();
-            for name in list(&figures) {
-                let first = std::fs::read(scratch_figures(chapter, "runner").join(&name)).unwrap_or_default();
-                if std::fs::read(figures.join(&name)).unwrap_or_default() != first {
-                    problems.push(format!("figures/{name} differs with baseline kernels / 2 threads"));
-                }
+/// Run every chapter again under the second setting (`setup::SECOND_SETTING`:
+/// MKL's compatible code path, two threads): the printed outputs
+/// and figures must not move. The networks compute in 64 bits (`book::REAL`), so
+/// the different orders of summation change their numbers only far below the
+/// printed digits; this is the evidence that the outputs do not depend on the
+/// machine's processor. (The test command normally gets the same evidence from
+/// the notebooks, which it executes under this setting.)
+fn second_setting(tally: &mut Tally, results: &[(Chapter, Vec<String>)]) {
+    let chapters: Vec<Chapter> = results.iter().map(|(c, _)| c.clone()).collect();
+    let runs = in_stages(&chapters, |_, chapter| runner::execute(chapter, &scratch_figures(chapter, "second-setting"), setup::SECOND_SETTING));
+    for ((chapter, outputs), run) in results.iter().zip(runs) {
+        let problems = match run {
+            Ok(run) => {
+                let mut problems: Vec<String> = chapter
+                    .cells
+                    .iter()
+                    .zip(outputs.iter().zip(&run.outputs))
+                    .filter(|(_, (a, b))| a != b)
+                    .map(|(cell, (a, b))| format!("cell at chapters/{}.md line {} prints differently under the second setting:\n{}", chapter.name, cell.line, diff(a, b)))
+                    .collect();
+                problems.extend(figure_problems(chapter, &scratch_figures(chapter, "second-setting")));
+                problems
             }
-            problems
-        }
-        Err(err) => vec![err],
+            Err(err) => vec![err],
+        };
+        tally.check(&format!("chapter {}: same outputs under the second setting", chapter.name), problems);
     }
 }
 
@@ -282,6 +301,24 @@ pub fn run_one(query: &str) -> Result<()> {
     }
     eprintln!("chapter {} ran in {:.2} s", chapter.name, run.elapsed.as_secs_f64());
     Ok(())
+}
+
+/// Run chapters (all, or those named) with `vars` (`NAME=VALUE`) replacing
+/// variables of the book environment, and check their outputs and figures
+/// against the book: the evidence that a CPU setting does not change them.
+pub fn setting(vars: &[String], queries: &[String]) -> Result<()> {
+    let start = Instant::now();
+    setup::all(false)?;
+    let pairs: Vec<(&str, &str)> = vars
+        .iter()
+        .map(|v| v.split_once('=').ok_or_else(|| format!("`{v}` is not NAME=VALUE")))
+        .collect::<std::result::Result<_, _>>()?;
+    let chapters = if queries.is_empty() { chapter::all()? } else { queries.iter().map(|q| chapter::find(q)).collect::<Result<_>>()? };
+    step(&format!("chapters under {}", vars.join(" ")));
+    let mut tally = Tally::default();
+    run_chapters_under(&mut tally, false, chapters, &pairs)?;
+    eprintln!("  time: total: {}", secs(start));
+    tally.finish()
 }
 
 pub fn refresh(query: Option<&str>) -> Result<()> {
@@ -331,8 +368,12 @@ pub fn test(jupyter: bool) -> Result<()> {
     let mut times = BTreeMap::new();
 
     let t = Instant::now();
-    step("library tests (cargo test --workspace --exclude exercises)");
-    tally.result("library tests", run(Command::new("cargo").args(["test", "--workspace", "--exclude", "exercises"]).current_dir(root())));
+    // One package at a time: built together, agentrl's dependencies would take on
+    // the features xtask's need and be compiled a second time, differently from
+    // the chapters' and exercises' builds, which then reuse these artifacts.
+    step("library tests (cargo test -p agentrl; cargo test -p xtask)");
+    tally.result("library tests", run(Command::new("cargo").args(["test", "-p", "agentrl"]).current_dir(root())));
+    tally.result("xtask tests", run(Command::new("cargo").args(["test", "-p", "xtask"]).current_dir(root())));
     times.insert("library tests", secs(t));
 
     let t = Instant::now();
@@ -354,31 +395,38 @@ pub fn test(jupyter: bool) -> Result<()> {
     tally.result("HTML checks", site::check_html());
     times.insert("HTML", secs(t));
 
+    let t = Instant::now();
     if jupyter {
-        let t = Instant::now();
-        step("notebooks: execute in Jupyter with the evcxr kernel and compare with the chapters");
-        for (chapter, outputs) in &results {
-            let figures = scratch_figures(chapter, "jupyter");
-            let name = format!("notebook {}: outputs equal the chapter", chapter.name);
+        step("notebooks: execute in Jupyter with the evcxr kernel under the second setting, compare with the chapters");
+        let runs = util::parallel(&results, WORKERS, |slot, (chapter, _)| {
             let t1 = Instant::now();
-            match notebook::execute(&notebook::path(chapter), &figures) {
+            let got = notebook::execute(&notebook::path(chapter), &scratch_figures(chapter, "jupyter"), setup::CHECK_KERNEL, slot);
+            eprintln!("  notebook {} executed in {}", chapter.name, secs(t1));
+            got
+        });
+        for ((chapter, outputs), got) in results.iter().zip(runs) {
+            let name = format!("notebook {}: outputs equal the chapter, under the second setting", chapter.name);
+            match got {
                 Ok(got) if got.len() == outputs.len() => {
                     let problems: Vec<String> = got
                         .iter()
                         .zip(outputs)
                         .zip(&chapter.cells)
                         .filter(|((g, o), _)| g != o)
-                        .map(|((g, o), cell)| format!("cell at chapters/{}.md line {} differs in Jupyter:\n{}", chapter.name, cell.line, diff(o, g)))
+                        .map(|((g, o), cell)| format!("cell at chapters/{}.md line {} differs in Jupyter (second setting):\n{}", chapter.name, cell.line, diff(o, g)))
                         .collect();
                     tally.check(&name, problems);
-                    tally.check(&format!("notebook {}: figures", chapter.name), figure_problems(chapter, &figures));
+                    tally.check(&format!("notebook {}: figures", chapter.name), figure_problems(chapter, &scratch_figures(chapter, "jupyter")));
                 }
                 Ok(got) => tally.check(&name, vec![format!("{} code cells ran, expected {}", got.len(), outputs.len())]),
                 Err(err) => tally.check(&name, vec![err]),
             }
-            eprintln!("  notebook {} executed in {}", chapter.name, secs(t1));
         }
-        times.insert("jupyter", secs(t));
+        times.insert("jupyter (second setting)", secs(t));
+    } else {
+        step("chapters again under the second setting (MKL compatible code path, two threads)");
+        second_setting(&mut tally, &results);
+        times.insert("chapters (second setting)", secs(t));
     }
     for (what, time) in &times {
         eprintln!("  time: {what}: {time}");

@@ -46,6 +46,16 @@ enum Cmd {
     Refresh { chapter: Option<String> },
     /// Regenerate notebooks/ from chapters/.
     Notebooks,
+    /// Run chapters under other CPU settings and check that outputs and figures do not change,
+    /// e.g. `cargo xtask setting ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=2 -c 3 -c 9`.
+    Setting {
+        /// Variables of the book environment to replace, as NAME=VALUE.
+        #[arg(required = true)]
+        vars: Vec<String>,
+        /// Only these chapters (number or name); all by default.
+        #[arg(short, long = "chapter")]
+        chapters: Vec<String>,
+    },
 }
 
 fn main() {
@@ -57,6 +67,7 @@ fn main() {
         Cmd::Run { chapter } => checks::run_one(&chapter),
         Cmd::Refresh { chapter } => checks::refresh(chapter.as_deref()),
         Cmd::Notebooks => checks::notebooks(),
+        Cmd::Setting { vars, chapters } => checks::setting(&vars, &chapters),
     };
     if let Err(err) = result {
         eprintln!("\x1b[31merror:\x1b[0m {err}");

@@ -106,26 +106,28 @@ pub fn generate(chapter: &Chapter) -> Result<String> {
     Ok(text)
 }
 
-/// Execute a notebook headless with the evcxr kernel; return each code cell's stdout
-/// (the preamble cell excluded) and any error outputs.
-pub fn execute(notebook: &Path, figures_dir: &Path) -> Result<Vec<String>> {
+/// Execute a notebook headless with the evcxr kernel `kernel`; return each code
+/// cell's stdout (the preamble cell excluded) and any error outputs. Runs that
+/// happen at the same time need different `slot`s: each slot has its own
+/// evcxr build folder, reused by the slot's later runs.
+pub fn execute(notebook: &Path, figures_dir: &Path, kernel: &str, slot: usize) -> Result<Vec<String>> {
     let out_path = root().join("target/notebooks-run").join(notebook.file_name().unwrap());
     std::fs::create_dir_all(out_path.parent().unwrap()).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_dir_all(figures_dir);
     std::fs::create_dir_all(figures_dir).map_err(|e| e.to_string())?;
     // Outside the repository: inside it, cargo would take evcxr's crate for a
     // stray member of our workspace.
-    let evcxr_dir = std::env::temp_dir().join("agentrl-evcxr");
+    let evcxr_dir = std::env::temp_dir().join(format!("agentrl-evcxr-{slot}"));
     std::fs::create_dir_all(&evcxr_dir).map_err(|e| e.to_string())?;
     let status = Command::new(setup::venv().join("bin/jupyter-nbconvert"))
         .args(["--to", "notebook", "--execute", "--ExecutePreprocessor.timeout=1800"])
-        .arg(format!("--ExecutePreprocessor.kernel_name={KERNEL}"))
+        .arg(format!("--ExecutePreprocessor.kernel_name={kernel}"))
         .arg("--output")
         .arg(&out_path)
         .arg(notebook)
         .env("AGENTRL_FIGURES", figures_dir)
         .env("JUPYTER_PATH", setup::venv().join("share/jupyter"))
-        // one build folder for every notebook run, so tch is compiled once, not per kernel
+        // one build folder per slot, so tch is compiled once per slot, not per kernel
         .env("EVCXR_TMPDIR", &evcxr_dir)
         .current_dir(notebook.parent().unwrap())
         .status()

@@ -15,6 +15,8 @@ const MDBOOK_KATEX: &str = "0.10.0";
 const EVCXR: &str = "0.22.0";
 const KATEX_CSS: &str = "0.16.4"; // the KaTeX that mdbook-katex 0.10.0 renders with
 pub const KERNEL: &str = "agentrl-rust";
+/// The kernel the test command executes the notebooks with: the second setting.
+pub const CHECK_KERNEL: &str = "agentrl-rust-second-setting";
 
 pub fn venv() -> PathBuf {
     root().join(".venv")
@@ -33,14 +35,15 @@ pub fn libtorch() -> PathBuf {
 pub fn all(browser: bool) -> Result<()> {
     let start = Instant::now();
     python_env()?;
-    libtorch_link()?;
-    jupyter()?;
-    book_tools()?;
+    // Downloads (pip, apt) and compiling (cargo install) use different
+    // resources, so the book tools compile while the packages download.
+    let tools = std::thread::spawn(book_tools);
+    let downloads = libtorch_link().and_then(|()| jupyter()).and_then(|()| if browser { chromium() } else { Ok(()) });
+    let tools = tools.join().unwrap_or_else(|_| Err("installing the book tools panicked".into()));
+    downloads?;
+    tools?;
     kernelspec()?;
     katex_assets()?;
-    if browser {
-        chromium()?;
-    }
     eprintln!("setup complete ({})", util::secs(start));
     Ok(())
 }
@@ -131,27 +134,54 @@ pub fn book_env() -> Vec<(String, String)> {
         ("MKL_CBWR".into(), "AVX2".into()),
         ("OMP_NUM_THREADS".into(), "1".into()),
         ("MKL_NUM_THREADS".into(), "1".into()),
+        ("AGENTRL_THREADS".into(), "1".into()),
     ]
 }
 
-/// The Jupyter kernel "Rust (agentrl)": evcxr with the libtorch paths in its environment.
+/// The second setting: what decides how the sums of a matrix product are
+/// ordered, changed as on another processor (MKL's compatible code path instead
+/// of its AVX2 one, and two threads, which split products and reductions
+/// differently). The printed outputs must not move. (OpenMP waits passively so
+/// that two such runs side by side do not spin against each other.)
+pub const SECOND_SETTING: &[(&str, &str)] = &[
+    ("MKL_CBWR", "COMPATIBLE"),
+    ("OMP_NUM_THREADS", "2"),
+    ("MKL_NUM_THREADS", "2"),
+    ("AGENTRL_THREADS", "2"),
+    ("OMP_WAIT_POLICY", "PASSIVE"),
+];
+
+/// `book_env` with the second setting's variables.
+pub fn second_env() -> Vec<(String, String)> {
+    let mut env = book_env();
+    for (key, value) in SECOND_SETTING {
+        env.retain(|(k, _)| k != key);
+        env.push((key.to_string(), value.to_string()));
+    }
+    env
+}
+
+/// The Jupyter kernel "Rust (agentrl)": evcxr with the libtorch paths and the
+/// book's pinned setting in its environment; and the same kernel under the
+/// second setting, which the test command executes the notebooks with.
 fn kernelspec() -> Result<()> {
-    let dir = venv().join("share/jupyter/kernels").join(KERNEL);
-    let mut env: serde_json::Map<String, serde_json::Value> = book_env().into_iter().map(|(k, v)| (k, v.into())).collect();
-    // The kernel gets libtorch alone on its library path, not this shell's.
-    env.insert("LD_LIBRARY_PATH".into(), libtorch().join("lib").display().to_string().into());
-    let spec = serde_json::json!({
-        "argv": [cargo_bin().join("evcxr_jupyter").display().to_string(), "--control_file", "{connection_file}"],
-        "display_name": "Rust (agentrl)",
-        "language": "rust",
-        "interrupt_mode": "message",
-        "env": env,
-    });
-    let text = serde_json::to_string_pretty(&spec).unwrap();
-    let path = dir.join("kernel.json");
-    if util::read(&path).ok().as_deref() != Some(text.as_str()) {
-        step(&format!("writing the Jupyter kernelspec {}", path.display()));
-        util::write(&path, &text)?;
+    for (name, display, vars) in [(KERNEL, "Rust (agentrl)", book_env()), (CHECK_KERNEL, "Rust (agentrl, second setting)", second_env())] {
+        let mut env: serde_json::Map<String, serde_json::Value> = vars.into_iter().map(|(k, v)| (k, v.into())).collect();
+        // The kernel gets libtorch alone on its library path, not this shell's.
+        env.insert("LD_LIBRARY_PATH".into(), libtorch().join("lib").display().to_string().into());
+        let spec = serde_json::json!({
+            "argv": [cargo_bin().join("evcxr_jupyter").display().to_string(), "--control_file", "{connection_file}"],
+            "display_name": display,
+            "language": "rust",
+            "interrupt_mode": "message",
+            "env": env,
+        });
+        let text = serde_json::to_string_pretty(&spec).unwrap();
+        let path = venv().join("share/jupyter/kernels").join(name).join("kernel.json");
+        if util::read(&path).ok().as_deref() != Some(text.as_str()) {
+            step(&format!("writing the Jupyter kernelspec {}", path.display()));
+            util::write(&path, &text)?;
+        }
     }
     Ok(())
 }

@@ -88,3 +88,38 @@ pub fn diff(expected: &str, actual: &str) -> String {
     }
     out
 }
+
+/// Apply `f` to every item on `workers` threads (items are taken in order);
+/// `f` also gets the number of the worker that runs it. Results come back in
+/// the items' order.
+pub fn parallel<T: Sync, R: Send>(items: &[T], workers: usize, f: impl Fn(usize, &T) -> R + Sync) -> Vec<R> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let next = AtomicUsize::new(0);
+    let results: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for worker in 0..workers.clamp(1, items.len().max(1)) {
+            let (next, results, f) = (&next, &results, &f);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= items.len() {
+                    break;
+                }
+                let result = f(worker, &items[i]);
+                *results[i].lock().unwrap() = Some(result);
+            });
+        }
+    });
+    results.into_iter().map(|slot| slot.into_inner().unwrap().expect("every item ran")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parallel_keeps_the_order_and_runs_everything() {
+        let items: Vec<u64> = (0..25).collect();
+        let out = super::parallel(&items, 2, |_, &x| x * x);
+        assert_eq!(out, items.iter().map(|x| x * x).collect::<Vec<_>>());
+        assert!(super::parallel(&Vec::<u8>::new(), 2, |_, &x| x).is_empty());
+    }
+}
