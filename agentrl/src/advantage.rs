@@ -6,6 +6,7 @@
 //!
 //! Shapes: `G` episodes in a group, `T` steps of an episode.
 
+use crate::book::REAL;
 use crate::gym::Task;
 use crate::mdp::{sample_action, Mdp, Policy};
 use crate::pg::{reinforce_loop, PgConfig, PgRecord};
@@ -151,7 +152,8 @@ pub struct ValueHead {
 
 impl ValueHead {
     pub fn new(d_model: i64, device: Device) -> ValueHead {
-        let vs = nn::VarStore::new(device);
+        let mut vs = nn::VarStore::new(device);
+        vs.set_kind(REAL);
         // Zero weights: V = 0 everywhere at first, so the first updates are plain REINFORCE.
         let zero = nn::LinearConfig { ws_init: nn::Init::Const(0.0), bs_init: Some(nn::Init::Const(0.0)), bias: true };
         let linear = nn::linear(vs.root() / "value", d_model, 1, zero);
@@ -210,14 +212,14 @@ pub fn credit_states(trajectory: &Trajectory, credit: Credit) -> Vec<(usize, std
 /// it, and the value loss (V(s) − R)² averaged over those states: [B, T] and [].
 pub fn critic_advantages(values: &Tensor, trajectories: &[Trajectory], credit: Credit) -> (Tensor, Tensor) {
     let (b, t) = values.size2().unwrap();
-    let v = Vec::<f32>::try_from(values.detach().to_device(Device::Cpu).reshape([-1])).expect("values");
-    let mut advantages = vec![0f32; (b * t) as usize];
+    let v = Vec::<f64>::try_from(values.detach().to_device(Device::Cpu).reshape([-1])).expect("values");
+    let mut advantages = vec![0f64; (b * t) as usize];
     let (mut rows, mut cols, mut targets) = (Vec::new(), Vec::new(), Vec::new());
     for (row, trajectory) in trajectories.iter().enumerate() {
         let base = row * t as usize;
         let mut last_state = None;
         for (state, tokens) in credit_states(trajectory, credit) {
-            let reward = trajectory.reward as f32;
+            let reward = trajectory.reward as f64;
             advantages[base + tokens.start..base + tokens.end].fill(reward - v[base + state]);
             if last_state != Some(state) {
                 (rows, cols, targets) = ([rows, vec![row as i64]].concat(), [cols, vec![state as i64]].concat(), [targets, vec![reward]].concat());
@@ -227,7 +229,7 @@ pub fn critic_advantages(values: &Tensor, trajectories: &[Trajectory], credit: C
     }
     let device = values.device();
     let picked = values.index(&[Some(Tensor::from_slice(&rows).to_device(device)), Some(Tensor::from_slice(&cols).to_device(device))]); // [states]
-    let value_loss = (picked - Tensor::from_slice(&targets).to_device(device)).square().mean(Kind::Float);
+    let value_loss = (picked - Tensor::from_slice(&targets).to_device(device)).square().mean(REAL);
     (Tensor::from_slice(&advantages).view([b, t]).to_device(device), value_loss)
 }
 
@@ -237,8 +239,8 @@ pub fn logprobs_and_hidden(model: &TinyAgent, batch: &Batch) -> (Tensor, Tensor)
     let hidden = model.hidden(&batch.ids, &batch.valid, &mut KvCache::default()); // [B, T, D]
     let logits = model.head(&hidden).narrow(1, 0, t - 1); // [B, T-1, V]
     let next = batch.ids.narrow(1, 1, t - 1).unsqueeze(-1); // [B, T-1, 1]
-    let logp = logits.log_softmax(-1, Kind::Float).gather(-1, &next, false).squeeze_dim(-1); // [B, T-1]
-    (Tensor::cat(&[Tensor::zeros([b, 1], (Kind::Float, logp.device())), logp], 1), hidden)
+    let logp = logits.log_softmax(-1, REAL).gather(-1, &next, false).squeeze_dim(-1); // [B, T-1]
+    (Tensor::cat(&[Tensor::zeros([b, 1], (REAL, logp.device())), logp], 1), hidden)
 }
 // ANCHOR_END: critic
 
@@ -254,7 +256,7 @@ pub fn train_with_critic(model: &mut TinyAgent, bpe: &Bpe, tasks: (&[Task], &[Ta
         let (logp, hidden) = logprobs_and_hidden(model, batch); // [B, T], [B, T, D]
         let (advantages, value_loss) = critic_advantages(&critic.values(&hidden), trajectories, credit); // [B, T], []
         value_opt.backward_step(&value_loss);
-        -(logp * &batch.mask * advantages).sum(Kind::Float) / batch.mask.sum(Kind::Float).clamp_min(1.0)
+        -(logp * &batch.mask * advantages).sum(REAL) / batch.mask.sum(REAL).clamp_min(1.0)
     })
 }
 // ANCHOR_END: credit_train
@@ -331,7 +333,7 @@ mod tests {
         let owners = vec![Prompt, Prompt, Policy, Policy, Env, Env, Policy, Env];
         let trajectory = Trajectory { task: 0, ids: vec![1; 8], owners, logprobs: vec![0.0; 8], reward: 1.0, info: Default::default() };
         assert_eq!(action_states(&trajectory), vec![(1, 2, 4), (5, 6, 7)]);
-        let values = Tensor::from_slice(&[0.0f32, 0.25, 0.5, 0.0, 0.0, 0.75, 0.0, 0.0]).view([1, 8]);
+        let values = Tensor::from_slice(&[0.0f64, 0.25, 0.5, 0.0, 0.0, 0.75, 0.0, 0.0]).view([1, 8]);
         let cases = [
             // Episode: V(before the first action) for every token.
             (Credit::Episode, vec![0.0, 0.0, 0.75, 0.75, 0.0, 0.0, 0.75, 0.0], 0.75f64.powi(2)),
@@ -342,7 +344,7 @@ mod tests {
         ];
         for (credit, expected, loss) in cases {
             let (adv, value_loss) = critic_advantages(&values, std::slice::from_ref(&trajectory), credit);
-            assert_eq!(Vec::<f32>::try_from(adv.view([-1])).unwrap(), expected.iter().map(|&x| x as f32).collect::<Vec<_>>(), "{credit:?}");
+            assert_eq!(Vec::<f64>::try_from(adv.view([-1])).unwrap(), expected.iter().map(|&x| x as f64).collect::<Vec<_>>(), "{credit:?}");
             assert!((value_loss.double_value(&[]) - loss).abs() < 1e-6, "{credit:?}");
         }
     }

@@ -3,7 +3,7 @@
 //! log-probabilities, the decoded text and the parsed call.
 
 use crate::episode::{parse_call, Call};
-use crate::tinyagent::{Sampling, TinyAgent};
+use crate::tinyagent::{KvCache, Sampling, TinyAgent};
 use crate::tokenizer::Bpe;
 use rand::rngs::StdRng;
 
@@ -14,7 +14,7 @@ pub struct Action {
     /// The ids as sampled, the closing `</call>` included when it was drawn.
     pub tokens: Vec<u32>,
     /// log π of each token under the sampling distribution.
-    pub logprobs: Vec<f32>,
+    pub logprobs: Vec<f64>,
     pub text: String,
     /// `None` when the text is not exactly one call.
     pub call: Option<Call>,
@@ -33,10 +33,26 @@ impl LmPolicy<'_> {
     /// One action per context, all generated in one batch. A context longer
     /// than the model's window keeps its last tokens.
     pub fn act(&self, contexts: &[Vec<u32>], rng: &mut StdRng) -> Vec<Action> {
+        self.act_cached(contexts, &mut KvCache::default(), rng)
+    }
+
+    /// [`act`](Self::act), reusing `cache` when every context extends the
+    /// tokens the cache holds for its row (the same conversation one turn
+    /// later) and fits the window: then only the new tokens are fed. Otherwise
+    /// the cache is rebuilt from the (clipped) contexts. Either way the model
+    /// sees the same tokens at the same positions.
+    pub fn act_cached(&self, contexts: &[Vec<u32>], cache: &mut KvCache, rng: &mut StdRng) -> Vec<Action> {
         let room = self.model.config.n_ctx as usize - self.max_action_tokens;
-        let clipped: Vec<Vec<u32>> = contexts.iter().map(|c| c[c.len().saturating_sub(room)..].to_vec()).collect();
+        let extends = cache.tokens.len() == contexts.len()
+            && contexts.iter().zip(&cache.tokens).all(|(c, held)| c.len() <= room && c.len() > held.len() && c.starts_with(held));
+        let new: Vec<Vec<u32>> = if extends {
+            contexts.iter().zip(&cache.tokens).map(|(c, held)| c[held.len()..].to_vec()).collect()
+        } else {
+            *cache = KvCache::default();
+            contexts.iter().map(|c| c[c.len().saturating_sub(room)..].to_vec()).collect()
+        };
         let stop = [self.bpe.special.close, self.bpe.special.end];
-        let generated = self.model.generate(&clipped, self.max_action_tokens, &stop, self.sampling, rng, true);
+        let generated = self.model.generate_from(cache, &new, self.max_action_tokens, &stop, self.sampling, rng);
         generated
             .into_iter()
             .map(|g| {

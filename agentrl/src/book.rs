@@ -2,18 +2,32 @@
 //!
 //! [`setup`] pins libtorch to one thread (so reductions add in one order) and
 //! seeds its generator; the chapter runner also sets `ATEN_CPU_CAPABILITY` so
-//! that every x86-64 machine runs the same CPU kernels. [`seeded`] and
+//! that every x86-64 machine runs the same CPU kernels where it can. [`REAL`]
+//! makes the networks compute in 64 bits, so that the orders of summation that
+//! still differ between processors stay far below the printed digits. [`seeded`] and
 //! [`generator_turn`] keep threads that share libtorch's one generator (tests
 //! run in parallel) from interleaving their draws. [`figure_path`] says where a
 //! chapter writes its figures.
 
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
+use tch::Kind;
+
+// ANCHOR: real
+/// The floating-point kind of every network in the book: 64-bit. Different
+/// processors add the terms of a matrix product in different orders; in 64 bits
+/// the results differ by about 1e-16 of their size, and training amplifies that
+/// far less than to a printed digit or to a different sampled token (Section 0.7).
+pub const REAL: Kind = Kind::Double;
+// ANCHOR_END: real
 
 // ANCHOR: setup
 /// Call once at the top of a chapter: one libtorch thread, seed 0.
+/// (`AGENTRL_THREADS=2` gives libtorch two threads: the test command runs every
+/// chapter that way too, to show that the printed outputs do not depend on it.)
 pub fn setup() {
-    tch::set_num_threads(1);
+    let threads = std::env::var("AGENTRL_THREADS").ok().and_then(|n| n.parse().ok()).unwrap_or(1);
+    tch::set_num_threads(threads);
     tch::manual_seed(0);
 }
 // ANCHOR_END: setup

@@ -9,6 +9,7 @@
 //!
 //! Shapes: `B` trajectories, `T` positions, `V` the vocabulary, `G` episodes in a group.
 
+use crate::book::REAL;
 use crate::advantage::{group_advantages, GroupBaseline};
 use crate::gym::Task;
 use crate::pg::{play_groups, success_rate};
@@ -26,7 +27,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tch::nn::OptimizerConfig;
-use tch::{nn, Kind, Tensor};
+use tch::{nn, Tensor};
 
 // ANCHOR: norm
 /// How the per-token losses of a batch are averaged into one number.
@@ -46,11 +47,11 @@ pub fn aggregate(per_token: &Tensor, mask: &Tensor, norm: LossNorm) -> Tensor {
     let masked = per_token * mask; // [B, T]
     match norm {
         LossNorm::SequenceMean => {
-            let lengths = mask.sum_dim_intlist(1, false, Kind::Float).clamp_min(1.0); // [B]
-            (masked.sum_dim_intlist(1, false, Kind::Float) / lengths).mean(Kind::Float)
+            let lengths = mask.sum_dim_intlist(1, false, REAL).clamp_min(1.0); // [B]
+            (masked.sum_dim_intlist(1, false, REAL) / lengths).mean(REAL)
         }
-        LossNorm::TokenMean => masked.sum(Kind::Float) / mask.sum(Kind::Float).clamp_min(1.0),
-        LossNorm::Constant(c) => masked.sum(Kind::Float) / (mask.size()[0] as f64 * c),
+        LossNorm::TokenMean => masked.sum(REAL) / mask.sum(REAL).clamp_min(1.0),
+        LossNorm::Constant(c) => masked.sum(REAL) / (mask.size()[0] as f64 * c),
     }
 }
 // ANCHOR_END: norm
@@ -261,11 +262,11 @@ pub fn logprobs_and_entropy(model: &TinyAgent, batch: &Batch) -> (Tensor, Tensor
     let at = batch.mask.narrow(1, 1, t - 1).nonzero(); // [N, 2]: (row, position before an action token)
     let (rows, before) = (at.select(1, 0), at.select(1, 1)); // [N], [N]
     let token = &before + 1; // [N]
-    let log_probs = model.head(&hidden.index(&[Some(&rows), Some(&before)])).log_softmax(-1, Kind::Float); // [N, V]
+    let log_probs = model.head(&hidden.index(&[Some(&rows), Some(&before)])).log_softmax(-1, REAL); // [N, V]
     let next = batch.ids.index(&[Some(&rows), Some(&token)]).unsqueeze(-1); // [N, 1]
     let logp = log_probs.gather(-1, &next, false).squeeze_dim(-1); // [N]
-    let entropy = -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, Kind::Float); // [N]
-    let zeros = Tensor::zeros([b, t], (Kind::Float, logp.device()));
+    let entropy = -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, REAL); // [N]
+    let zeros = Tensor::zeros([b, t], (REAL, logp.device()));
     let place = |values: &Tensor| zeros.index_put(&[Some(&rows), Some(&token)], values, false); // [B, T]
     (place(&logp), place(&entropy))
 }
@@ -338,7 +339,7 @@ pub fn train(
                 for chunk in chosen.chunks(chosen.len().div_ceil(config.minibatches).max(1)) {
                     let picked: Vec<Trajectory> = chunk.iter().map(|&i| trajectories[i].clone()).collect();
                     let batch = collate(&picked, model.device());
-                    let adv: Vec<f32> = chunk.iter().map(|&i| advantages[i] as f32).collect();
+                    let adv: Vec<f64> = chunk.iter().map(|&i| advantages[i] as f64).collect();
                     let adv = Tensor::from_slice(&adv).to_device(model.device()); // [b]
                     let (logp, entropy) = logprobs_and_entropy(model, &batch); // [b, T]
                     let (mut loss, last) = grpo_loss(&logp, &batch.logprobs, &adv, &batch.mask, (config.clip_low, config.clip_high), config.norm);
@@ -347,8 +348,8 @@ pub fn train(
                         record.extra.extend(numbers);
                     }
                     opt.backward_step(&loss);
-                    let tokens = batch.mask.sum(Kind::Float).double_value(&[]);
-                    entropy_sum += (entropy.detach() * &batch.mask).sum(Kind::Float).double_value(&[]) / tokens.max(1.0);
+                    let tokens = batch.mask.sum(REAL).double_value(&[]);
+                    entropy_sum += (entropy.detach() * &batch.mask).sum(REAL).double_value(&[]) / tokens.max(1.0);
                     loss_sum += loss.double_value(&[]);
                     (steps, trained_tokens, record.last) = (steps + 1, trained_tokens + tokens as usize, Some(last));
                 }
@@ -420,18 +421,18 @@ mod tests {
 
     /// d loss / d log π at every token of two sequences, lengths 2 and 6 in a
     /// row of 8, advantages +1 and −1, under `norm`.
-    fn token_weights(norm: LossNorm) -> Vec<f32> {
-        let logp = Tensor::zeros([2, 8], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
-        let mask = Tensor::from_slice(&[0f32, 1., 1., 0., 0., 0., 0., 0., 0., 1., 1., 1., 1., 1., 1., 0.]).view([2, 8]);
-        let advantages = Tensor::from_slice(&[1f32, -1.]);
+    fn token_weights(norm: LossNorm) -> Vec<f64> {
+        let logp = Tensor::zeros([2, 8], (REAL, tch::Device::Cpu)).set_requires_grad(true);
+        let mask = Tensor::from_slice(&[0f64, 1., 1., 0., 0., 0., 0., 0., 0., 1., 1., 1., 1., 1., 1., 0.]).view([2, 8]);
+        let advantages = Tensor::from_slice(&[1f64, -1.]);
         let (loss, _) = grpo_loss(&logp, &logp.detach(), &advantages, &mask, (0.2, 0.2), norm);
         loss.backward();
-        Vec::<f32>::try_from(logp.grad().view([-1])).unwrap()
+        Vec::<f64>::try_from(logp.grad().view([-1])).unwrap()
     }
 
     #[test]
     fn each_normalisation_weights_tokens_as_its_formula_says() {
-        let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6);
+        let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6);
         // Per-sequence mean: a token of the short sequence weighs 1/(2·2), of the long one 1/(2·6).
         let w = token_weights(LossNorm::SequenceMean);
         assert!(close(&w[1..3], &[-0.25, -0.25]) && close(&w[9..15], &[1.0 / 12.0; 6]), "{w:?}");
@@ -451,8 +452,8 @@ mod tests {
     #[test]
     fn clip_higher_lets_good_tokens_rise_further_than_bad_ones_fall() {
         let slope = |ratio: f64, advantage: f64| -> f64 {
-            let logp = Tensor::from_slice(&[ratio.ln() as f32]).set_requires_grad(true);
-            clip_range_surrogate(&logp, &Tensor::from_slice(&[0f32]), &Tensor::from_slice(&[advantage as f32]), 0.2, 0.28).sum(Kind::Float).backward();
+            let logp = Tensor::from_slice(&[ratio.ln() as f64]).set_requires_grad(true);
+            clip_range_surrogate(&logp, &Tensor::from_slice(&[0f64]), &Tensor::from_slice(&[advantage as f64]), 0.2, 0.28).sum(REAL).backward();
             logp.grad().double_value(&[0])
         };
         // A > 0: still pushed at ρ = 1.25 (a symmetric 0.2 clip would stop at 1.2), not at 1.3.
@@ -462,12 +463,12 @@ mod tests {
         assert!(slope(0.85, -1.0) < 0.0);
         assert_eq!(slope(0.75, -1.0), 0.0);
         // With ε_low = ε_high it is Chapter 8's surrogate.
-        let logp = Tensor::from_slice(&[-0.5f32, 0.1, 0.3, -0.05]);
-        let old = Tensor::zeros([4], (Kind::Float, tch::Device::Cpu));
-        let adv = Tensor::from_slice(&[1f32, -1., 0.5, -2.]);
+        let logp = Tensor::from_slice(&[-0.5f64, 0.1, 0.3, -0.05]);
+        let old = Tensor::zeros([4], (REAL, tch::Device::Cpu));
+        let adv = Tensor::from_slice(&[1f64, -1., 0.5, -2.]);
         let ours = clip_range_surrogate(&logp, &old, &adv, 0.2, 0.2);
         let ppo = crate::ppo::clipped_surrogate(&logp, &old, &adv, 0.2);
-        assert_eq!(Vec::<f32>::try_from(ours).unwrap(), Vec::<f32>::try_from(ppo).unwrap());
+        assert_eq!(Vec::<f64>::try_from(ours).unwrap(), Vec::<f64>::try_from(ppo).unwrap());
     }
 
     #[test]
@@ -507,7 +508,7 @@ mod tests {
         let expected = crate::trajectory::policy_logprobs(&model, &batch) * &batch.mask;
         assert!((logp - expected).abs().max().double_value(&[]) < 1e-6);
         let logits = model.logits(&batch.ids, &batch.valid); // [1, 6, V]
-        let h = Tensor::cat(&[Tensor::zeros([1, 1], (Kind::Float, tch::Device::Cpu)), crate::tinyagent::entropy(&logits.narrow(1, 0, 5))], 1); // [1, 6]
+        let h = Tensor::cat(&[Tensor::zeros([1, 1], (REAL, tch::Device::Cpu)), crate::tinyagent::entropy(&logits.narrow(1, 0, 5))], 1); // [1, 6]
         assert!((entropy - h * &batch.mask).abs().max().double_value(&[]) < 1e-6);
     }
 }

@@ -5,6 +5,7 @@
 //!
 //! Shapes: `B` trajectories, `T` positions, `K` arms.
 
+use crate::book::REAL;
 use crate::agent::LmPolicy;
 use crate::gym::Task;
 use crate::mdp::{evaluate_policy, sample_episode, Mdp, Policy};
@@ -126,7 +127,7 @@ pub fn tabular_reinforce(mdp: &Mdp, start: usize, gamma: f64, lr: f64, batch: us
 pub fn reinforce_loss(logp: &Tensor, mask: &Tensor, returns: &Tensor) -> Tensor {
     // logp, mask: [B, T]; returns: [B]
     let weighted = logp * mask * returns.unsqueeze(1); // [B, T]
-    -weighted.sum(Kind::Float) / mask.sum(Kind::Float).clamp_min(1.0)
+    -weighted.sum(REAL) / mask.sum(REAL).clamp_min(1.0)
 }
 // ANCHOR_END: loss
 
@@ -199,7 +200,7 @@ pub fn train_reinforce(
 ) -> Vec<PgRecord> {
     reinforce_loop(model, bpe, (train, held_out), config, "REINFORCE", metrics, &mut |model, trajectories, batch| {
         let rewards: Vec<f64> = trajectories.iter().map(|t| t.reward).collect();
-        let weights: Vec<f32> = rewards.chunks(config.episodes).flat_map(returns).map(|w| w as f32).collect();
+        let weights: Vec<f64> = rewards.chunks(config.episodes).flat_map(returns).map(|w| w as f64).collect();
         let weights = Tensor::from_slice(&weights).to_device(model.device()); // [B]
         reinforce_loss(&policy_logprobs(model, batch), &batch.mask, &weights)
     })
@@ -234,7 +235,7 @@ pub fn reinforce_loop(
         let loss = loss_of(model, &trajectories, &batch);
         opt.backward_step(&loss);
         let train_success = played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64;
-        let action_tokens = batch.mask.sum(Kind::Float).double_value(&[]) as usize;
+        let action_tokens = batch.mask.sum(REAL).double_value(&[]) as usize;
         records.push(PgRecord { iteration, train_success: Some(train_success), held_out_success, loss: Some(loss.double_value(&[])), action_tokens });
         bar.inc(1);
     }
@@ -294,11 +295,11 @@ mod tests {
 
     #[test]
     fn the_masked_loss_gives_tool_tokens_no_gradient() {
-        let logp = Tensor::from_slice(&[-1.0f32, -2.0, -0.5, -0.1, -3.0, -0.2, -0.7, -1.5]).view([2, 4]).set_requires_grad(true);
-        let mask = Tensor::from_slice(&[0.0f32, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]).view([2, 4]);
-        let returns = Tensor::from_slice(&[1.0f32, 0.5]);
+        let logp = Tensor::from_slice(&[-1.0f64, -2.0, -0.5, -0.1, -3.0, -0.2, -0.7, -1.5]).view([2, 4]).set_requires_grad(true);
+        let mask = Tensor::from_slice(&[0.0f64, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]).view([2, 4]);
+        let returns = Tensor::from_slice(&[1.0f64, 0.5]);
         reinforce_loss(&logp, &mask, &returns).backward();
-        let grad = Vec::<f32>::try_from(logp.grad().view([-1])).unwrap();
+        let grad = Vec::<f64>::try_from(logp.grad().view([-1])).unwrap();
         let expected = [0.0, -1.0 / 3.0, -1.0 / 3.0, 0.0, 0.0, 0.0, -0.5 / 3.0, 0.0];
         for (g, e) in grad.iter().zip(expected) {
             assert!((g - e).abs() < 1e-7, "{grad:?}");

@@ -5,6 +5,7 @@
 //!
 //! Shapes: `B` trajectories, `T` positions, `D` the model width.
 
+use crate::book::REAL;
 use crate::advantage::{critic_advantages, logprobs_and_hidden, Credit, ValueHead};
 use crate::gym::Task;
 use crate::pg::{play_groups, success_rate};
@@ -19,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::Path;
 use tch::nn::OptimizerConfig;
-use tch::{nn, Kind, Tensor};
+use tch::{nn, Tensor};
 
 // ANCHOR: clip
 /// PPO's clipped surrogate per token, to be maximised:
@@ -42,22 +43,22 @@ pub struct Diagnostics {
 
 /// The PPO policy loss, the negated surrogate averaged over action tokens, and its diagnostics.
 pub fn ppo_policy_loss(logp: &Tensor, old_logp: &Tensor, advantages: &Tensor, mask: &Tensor, eps: f64) -> (Tensor, Diagnostics) {
-    let tokens = mask.sum(Kind::Float).clamp_min(1.0);
-    let loss = -(clipped_surrogate(logp, old_logp, advantages, eps) * mask).sum(Kind::Float) / &tokens;
+    let tokens = mask.sum(REAL).clamp_min(1.0);
+    let loss = -(clipped_surrogate(logp, old_logp, advantages, eps) * mask).sum(REAL) / &tokens;
     (loss, diagnostics(logp, old_logp, mask, 1.0 - eps, 1.0 + eps))
 }
 
 /// Clip fraction (ratios outside [low, high]) and approximate KL over the masked tokens.
 pub fn diagnostics(logp: &Tensor, old_logp: &Tensor, mask: &Tensor, low: f64, high: f64) -> Diagnostics {
     tch::no_grad(|| {
-        let tokens = mask.sum(Kind::Float).clamp_min(1.0);
+        let tokens = mask.sum(REAL).clamp_min(1.0);
         let log_ratio = logp - old_logp; // [B, T]
         let ratio = log_ratio.exp();
-        let outside = ratio.lt(low).logical_or(&ratio.gt(high)).to_kind(Kind::Float);
+        let outside = ratio.lt(low).logical_or(&ratio.gt(high)).to_kind(REAL);
         let kl = (&ratio - 1.0) - &log_ratio;
         Diagnostics {
-            clip_fraction: ((outside * mask).sum(Kind::Float) / &tokens).double_value(&[]),
-            approx_kl: ((kl * mask).sum(Kind::Float) / &tokens).double_value(&[]),
+            clip_fraction: ((outside * mask).sum(REAL) / &tokens).double_value(&[]),
+            approx_kl: ((kl * mask).sum(REAL) / &tokens).double_value(&[]),
         }
     })
 }
@@ -147,9 +148,9 @@ mod tests {
 
     /// d(surrogate)/d(log π) at one token with the given ratio and advantage.
     fn slope(ratio: f64, advantage: f64, eps: f64) -> f64 {
-        let logp = Tensor::from_slice(&[ratio.ln() as f32]).set_requires_grad(true);
-        let old = Tensor::from_slice(&[0.0f32]);
-        clipped_surrogate(&logp, &old, &Tensor::from_slice(&[advantage as f32]), eps).sum(Kind::Float).backward();
+        let logp = Tensor::from_slice(&[ratio.ln() as f64]).set_requires_grad(true);
+        let old = Tensor::from_slice(&[0.0f64]);
+        clipped_surrogate(&logp, &old, &Tensor::from_slice(&[advantage as f64]), eps).sum(REAL).backward();
         logp.grad().double_value(&[0])
     }
 
@@ -172,13 +173,13 @@ mod tests {
 
     #[test]
     fn diagnostics_are_zero_when_nothing_changed() {
-        let logp = Tensor::from_slice(&[-1.0f32, -2.0, -0.5, -0.1]).view([1, 4]);
-        let mask = Tensor::from_slice(&[0.0f32, 1.0, 1.0, 1.0]).view([1, 4]);
-        let adv = Tensor::from_slice(&[0.0f32, 1.0, -1.0, 0.5]).view([1, 4]);
+        let logp = Tensor::from_slice(&[-1.0f64, -2.0, -0.5, -0.1]).view([1, 4]);
+        let mask = Tensor::from_slice(&[0.0f64, 1.0, 1.0, 1.0]).view([1, 4]);
+        let adv = Tensor::from_slice(&[0.0f64, 1.0, -1.0, 0.5]).view([1, 4]);
         let (loss, d) = ppo_policy_loss(&logp, &logp, &adv, &mask, 0.2);
         assert_eq!((d.clip_fraction, d.approx_kl), (0.0, 0.0));
         assert!((loss.double_value(&[]) + 0.5 / 3.0).abs() < 1e-6);
-        let moved = &logp + Tensor::from_slice(&[0.0f32, 0.5, 0.01, -0.3]).view([1, 4]);
+        let moved = &logp + Tensor::from_slice(&[0.0f64, 0.5, 0.01, -0.3]).view([1, 4]);
         let (_, d) = ppo_policy_loss(&moved, &logp, &adv, &mask, 0.2);
         assert!((d.clip_fraction - 2.0 / 3.0).abs() < 1e-6);
         assert!(d.approx_kl > 0.0);

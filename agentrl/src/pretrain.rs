@@ -7,11 +7,12 @@
 //! comes from the BugFix gym of Chapter 4 (`gym`, `policies`). Chapter 3 uses
 //! the gym only as a source of transcripts and of episodes to score.
 
+use crate::book::REAL;
 use crate::agent::LmPolicy;
 use crate::episode::Owner;
 use crate::gym::{BugFixEnv, Info, Task};
 use crate::policies::{run_episode, Policy};
-use crate::tinyagent::{Config, TinyAgent};
+use crate::tinyagent::{Config, KvCache, TinyAgent};
 use crate::tokenizer::{render, role_token, Bpe};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::rngs::StdRng;
@@ -20,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tch::nn::OptimizerConfig;
-use tch::{nn, Device, Kind, Tensor};
+use tch::{nn, Device, Tensor};
 
 // ANCHOR: uninformed
 /// Knows the workflow, not the bug: it looks first (`read` or `test`), then
@@ -95,13 +96,13 @@ pub struct PretrainConfig {
 /// A transcript's ids and the weight of each id's prediction in the loss.
 pub struct Sequence {
     pub ids: Vec<u32>,
-    pub weights: Vec<f32>,
+    pub weights: Vec<f64>,
 }
 
 impl Sequence {
     pub fn new(bpe: &Bpe, transcript: &[(Owner, String)], context_weight: f64) -> Sequence {
         let (ids, owners) = bpe.encode_transcript(transcript);
-        let weights = owners.iter().map(|&o| if o == Owner::Policy { 1.0 } else { context_weight as f32 }).collect();
+        let weights = owners.iter().map(|&o| if o == Owner::Policy { 1.0 } else { context_weight as f64 }).collect();
         Sequence { ids, weights }
     }
 }
@@ -132,8 +133,8 @@ pub fn pretrain(model: &mut TinyAgent, sequences: &[Sequence], config: &Pretrain
         let logits = model.logits(&ids, &valid).narrow(1, 0, t - 1); // [B, T-1, V]
         let targets = ids.narrow(1, 1, t - 1); // [B, T-1]
         let w = weights.narrow(1, 1, t - 1); // [B, T-1], 0 on padding
-        let nll = -logits.log_softmax(-1, Kind::Float).gather(-1, &targets.unsqueeze(-1), false).squeeze_dim(-1); // [B, T-1]
-        let loss = (nll * &w).sum(Kind::Float) / w.sum(Kind::Float);
+        let nll = -logits.log_softmax(-1, REAL).gather(-1, &targets.unsqueeze(-1), false).squeeze_dim(-1); // [B, T-1]
+        let loss = (nll * &w).sum(REAL) / w.sum(REAL);
         opt.backward_step(&loss);
         losses.push(loss.double_value(&[]));
         bar.inc(1);
@@ -159,7 +160,7 @@ pub fn pad_right(rows: &[&[u32]], device: Device) -> (Tensor, Tensor) {
 // ANCHOR_END: pretrain
 
 fn pad_weights(batch: &[&Sequence], t: i64, device: Device) -> Tensor {
-    let mut w = vec![0f32; batch.len() * t as usize];
+    let mut w = vec![0f64; batch.len() * t as usize];
     for (i, s) in batch.iter().enumerate() {
         let n = s.weights.len().min(t as usize);
         w[i * t as usize..i * t as usize + n].copy_from_slice(&s.weights[..n]);
@@ -182,7 +183,7 @@ pub fn progress(len: u64, what: &str) -> ProgressBar {
 pub struct Segment {
     pub owner: Owner,
     pub ids: Vec<u32>,
-    pub logprobs: Vec<f32>,
+    pub logprobs: Vec<f64>,
 }
 
 /// One episode played by a language model.
@@ -246,13 +247,16 @@ pub fn play_timed(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_tur
         })
         .collect();
     let mut open: Vec<usize> = (0..tasks.len()).collect();
+    // One row per open episode: each turn feeds only what was added since the last one.
+    let mut cache = KvCache::default();
     while !open.is_empty() {
         let contexts: Vec<Vec<u32>> = open.iter().map(|&i| played[i].ids()).collect();
         let generating = Instant::now();
-        let actions = policy.act(&contexts, rng);
+        let actions = policy.act_cached(&contexts, &mut cache, rng);
         time.generation += generating.elapsed().as_secs_f64();
         let mut still_open = Vec::new();
-        for (&i, action) in open.iter().zip(actions) {
+        let mut kept_rows = Vec::new();
+        for (row, (&i, action)) in open.iter().zip(actions).enumerate() {
             let step = envs[i].step(&action.text);
             let episode = &mut played[i];
             episode.parse_errors += usize::from(step.info.parse_error);
@@ -266,8 +270,12 @@ pub fn play_timed(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_tur
                 let ids = opener(Owner::Env, &step.observation, Some(Owner::Policy));
                 episode.segments.push(Segment { owner: Owner::Env, ids, logprobs: vec![] });
                 still_open.push(i);
+                kept_rows.push(row);
             }
         }
+        let generating = Instant::now();
+        cache.keep_rows(&kept_rows);
+        time.generation += generating.elapsed().as_secs_f64();
         open = still_open;
     }
     time.environment = started.elapsed().as_secs_f64() - time.generation;
@@ -306,9 +314,10 @@ pub fn base_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/agentrl-base")
 }
 
-/// The settings the base model was trained with, as stored next to it.
+/// The settings the base model was trained with, and the kind of its weights, as stored next to it.
 fn stamp() -> String {
-    serde_json::to_string(&BASE).expect("the config serialises")
+    let settings = serde_json::to_string(&BASE).expect("the config serialises");
+    format!("{settings}\n{:?}", crate::book::REAL)
 }
 
 /// Store `bpe` and `model` in `base_dir()` as the book's base model (they

@@ -6,13 +6,14 @@
 //!
 //! Shapes: `B` trajectories, `T` positions, `K` categories.
 
+use crate::book::REAL;
 use crate::grpo::{aggregate, logprobs_and_entropy, LossNorm, Regularizer};
 use crate::tinyagent::TinyAgent;
 use crate::trajectory::{collate, Batch, Trajectory};
 use crate::mdp::sample_action;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 // ANCHOR: estimators
 /// Exact KL(q ‖ p) = Σ_x q(x) log(q(x) / p(x)) of two categoricals.
@@ -114,12 +115,12 @@ impl Regularizer for KlPenalty {
         let batch = collate(trajectories, self.reference.device());
         // k1 with x ~ π_old: log π_old − log π_ref, summed over each episode's action tokens.
         let log_r = self.reference_logprobs(&batch) - &batch.logprobs; // [B, T]
-        let per_episode = (Estimator::K1.tensor(&log_r) * &batch.mask).sum_dim_intlist(1, false, Kind::Float); // [B]
-        let kl = Vec::<f32>::try_from(per_episode).expect("one KL per episode");
+        let per_episode = (Estimator::K1.tensor(&log_r) * &batch.mask).sum_dim_intlist(1, false, REAL); // [B]
+        let kl = Vec::<f64>::try_from(per_episode).expect("one KL per episode");
         for (reward, k) in rewards.iter_mut().zip(&kl) {
             *reward -= self.beta * *k as f64;
         }
-        let tokens = batch.mask.sum(Kind::Float).double_value(&[]).max(1.0);
+        let tokens = batch.mask.sum(REAL).double_value(&[]).max(1.0);
         vec![("kl_in_reward".to_string(), kl.iter().map(|&k| k as f64).sum::<f64>() / tokens)]
     }
 
@@ -130,7 +131,7 @@ impl Regularizer for KlPenalty {
         let term = match self.placement {
             // Inside the per-token objective, averaged like the policy loss.
             Placement::Loss => aggregate(&k3, mask, norm) * self.beta,
-            Placement::Reward => Tensor::zeros([], (Kind::Float, logp.device())),
+            Placement::Reward => Tensor::zeros([], (REAL, logp.device())),
         };
         Some((term, vec![("kl".to_string(), kl)]))
     }
@@ -210,11 +211,11 @@ mod tests {
         let (loss, _) = penalty.loss(&batch, &logp, &entropy, &batch.mask, LossNorm::TokenMean).unwrap();
         assert!(loss.double_value(&[]).abs() < 1e-7);
         // d k3 / d log π = 1 − r: zero at r = 1, positive where π_θ > π_ref (pushes log π down).
-        let logp = Tensor::from_slice(&[0f32, 0., -1.0, -2.0, 0., -0.5]).view([1, 6]).set_requires_grad(true);
+        let logp = Tensor::from_slice(&[0f64, 0., -1.0, -2.0, 0., -0.5]).view([1, 6]).set_requires_grad(true);
         let ref_logp = penalty.reference_logprobs(&batch);
         penalty.loss(&batch, &logp, &entropy, &batch.mask, LossNorm::TokenMean).unwrap().0.backward();
-        let grad = Vec::<f32>::try_from(logp.grad().view([-1])).unwrap();
-        let r = Vec::<f32>::try_from((ref_logp - logp.detach()).exp().view([-1])).unwrap();
+        let grad = Vec::<f64>::try_from(logp.grad().view([-1])).unwrap();
+        let r = Vec::<f64>::try_from((ref_logp - logp.detach()).exp().view([-1])).unwrap();
         for t in [2, 3, 5] {
             assert!((grad[t] - (1.0 - r[t]) / 3.0).abs() < 1e-6, "{grad:?}");
         }
@@ -230,7 +231,7 @@ mod tests {
         let logprobs = vec![0.0, 0.0, -1.5, -0.25, 0.0, -2.0];
         let trajectory = Trajectory { task: 0, ids: vec![3, 5, 7, 2, 9, 4], owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy], logprobs: logprobs.clone(), reward: 1.0, info: Default::default() };
         let batch = collate(std::slice::from_ref(&trajectory), tch::Device::Cpu);
-        let ref_logp = Vec::<f32>::try_from(tch::no_grad(|| crate::trajectory::policy_logprobs(&reference, &batch)).view([-1])).unwrap();
+        let ref_logp = Vec::<f64>::try_from(tch::no_grad(|| crate::trajectory::policy_logprobs(&reference, &batch)).view([-1])).unwrap();
         let expected_kl: f64 = [2, 3, 5].iter().map(|&t| logprobs[t] as f64 - ref_logp[t] as f64).sum();
         let mut penalty = KlPenalty { reference, beta: 0.5, placement: Placement::Reward };
         let mut rewards = [1.0];
@@ -240,8 +241,8 @@ mod tests {
 
     #[test]
     fn the_entropy_bonus_is_minus_c_times_the_mean_entropy_on_the_mask() {
-        let entropy = Tensor::from_slice(&[9f32, 1.0, 2.0, 9.0, 3.0, 9.0]).view([2, 3]);
-        let mask = Tensor::from_slice(&[0f32, 1., 1., 0., 1., 0.]).view([2, 3]);
+        let entropy = Tensor::from_slice(&[9f64, 1.0, 2.0, 9.0, 3.0, 9.0]).view([2, 3]);
+        let mask = Tensor::from_slice(&[0f64, 1., 1., 0., 1., 0.]).view([2, 3]);
         let batch = collate(&[], tch::Device::Cpu);
         let (loss, _) = EntropyBonus { coef: 0.1 }.loss(&batch, &entropy, &entropy, &mask, LossNorm::TokenMean).unwrap();
         assert!((loss.double_value(&[]) + 0.1 * 2.0).abs() < 1e-6);

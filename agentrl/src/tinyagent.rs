@@ -7,6 +7,7 @@
 //! positions (cached + new), `H` heads of width `E = D / H`, `D` the model
 //! width, `V` the vocabulary.
 
+use crate::book::REAL;
 use rand::rngs::StdRng;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -60,18 +61,14 @@ impl Block {
     }
 
     /// `x`: [B, T, D]; `allowed`: [B, 1, T, S], or `None` for plain causal
-    /// attention without a cache; `past`: this layer's cached
-    /// keys and values, [B, H, S - T, E] each, extended in place.
-    fn forward(&self, x: &Tensor, allowed: Option<&Tensor>, past: &mut Option<(Tensor, Tensor)>) -> Tensor {
+    /// attention without a cache; `past`: this layer's cached keys and values,
+    /// whose first `filled` = S - T positions are in use, extended in place.
+    fn forward(&self, x: &Tensor, allowed: Option<&Tensor>, past: &mut Option<(Tensor, Tensor)>, filled: i64) -> Tensor {
         let (b, t, d) = x.size3().unwrap();
         let heads = |z: Tensor| z.view([b, t, self.n_head, d / self.n_head]).transpose(1, 2); // [B, H, T, E]
         let qkv = x.apply(&self.ln1).apply(&self.qkv).split(d, -1); // 3 × [B, T, D]
-        let (q, mut k, mut v) = (heads(qkv[0].shallow_clone()), heads(qkv[1].shallow_clone()), heads(qkv[2].shallow_clone()));
-        if let Some((k_past, v_past)) = past.as_ref() {
-            k = Tensor::cat(&[k_past, &k], 2); // [B, H, S, E]
-            v = Tensor::cat(&[v_past, &v], 2);
-        }
-        *past = Some((k.shallow_clone(), v.shallow_clone()));
+        let (q, k, v) = (heads(qkv[0].shallow_clone()), heads(qkv[1].shallow_clone()), heads(qkv[2].shallow_clone()));
+        let (k, v) = append(past, k, v, filled); // [B, H, S, E] each
         // softmax(q kᵀ / √E) v over the allowed keys, in one fused kernel.
         let attended = match allowed {
             Some(mask) => Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false),
@@ -86,15 +83,64 @@ impl Block {
 // ANCHOR_END: block
 
 // ANCHOR: cache
-/// Keys and values of every layer for the positions seen so far, and which of
-/// those positions are real tokens (not padding).
+/// Write the new keys and values `k`, `v` [B, H, T, E] after the `filled`
+/// positions in use of a layer's cache and return the keys and values of all
+/// S = filled + T positions. Sampling appends one position at a time, so the
+/// cache keeps spare room and writes into it, instead of copying everything
+/// it holds at every step; when gradients flow (`k` requires them) it is
+/// rebuilt by concatenation, which autograd can follow.
+fn append(past: &mut Option<(Tensor, Tensor)>, k: Tensor, v: Tensor, filled: i64) -> (Tensor, Tensor) {
+    let (b, h, t, e) = k.size4().unwrap();
+    let s = filled + t;
+    let (k_all, v_all) = match past.as_ref() {
+        None => (k, v),
+        Some((k_buf, v_buf)) if !k.requires_grad() && k_buf.size()[2] >= s => {
+            k_buf.narrow(2, filled, t).copy_(&k);
+            v_buf.narrow(2, filled, t).copy_(&v);
+            return (k_buf.narrow(2, 0, s), v_buf.narrow(2, 0, s));
+        }
+        Some((k_buf, v_buf)) if !k.requires_grad() => {
+            let room = (2 * s).max(64);
+            let (k_new, v_new) = (k.new_zeros([b, h, room, e], (k.kind(), k.device())), v.new_zeros([b, h, room, e], (v.kind(), v.device())));
+            k_new.narrow(2, 0, filled).copy_(&k_buf.narrow(2, 0, filled));
+            v_new.narrow(2, 0, filled).copy_(&v_buf.narrow(2, 0, filled));
+            *past = Some((k_new, v_new));
+            return append(past, k, v, filled);
+        }
+        Some((k_buf, v_buf)) => (Tensor::cat(&[k_buf.narrow(2, 0, filled), k], 2), Tensor::cat(&[v_buf.narrow(2, 0, filled), v], 2)),
+    };
+    *past = Some((k_all.shallow_clone(), v_all.shallow_clone()));
+    (k_all, v_all)
+}
+
+/// Keys and values of every layer for the positions seen so far (in buffers
+/// that may have room for more), and which of those positions are real
+/// tokens (not padding).
 #[derive(Debug, Default)]
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
     valid: Option<Tensor>, // [B, S] bool
+    /// The real tokens of each row that the cache holds, in order (filled in
+    /// by [`TinyAgent::generate_from`]), so that a caller can check that a new
+    /// context extends them before reusing the cache.
+    pub tokens: Vec<Vec<u32>>,
 }
 
 impl KvCache {
+    /// Keep only the rows `keep` (indices into the current rows), in that
+    /// order: e.g. the episodes that are still running.
+    pub fn keep_rows(&mut self, keep: &[usize]) {
+        let index = Tensor::from_slice(&keep.iter().map(|&i| i as i64).collect::<Vec<_>>());
+        for (k, v) in self.layers.iter_mut().flatten() {
+            let index = index.to_device(k.device());
+            (*k, *v) = (k.index_select(0, &index), v.index_select(0, &index)); // [B', H, S, E]
+        }
+        if let Some(valid) = &self.valid {
+            self.valid = Some(valid.index_select(0, &index.to_device(valid.device()))); // [B', S]
+        }
+        self.tokens = keep.iter().map(|&i| std::mem::take(&mut self.tokens[i])).collect();
+    }
+
     /// Cached positions (padding included).
     pub fn len(&self) -> i64 {
         self.valid.as_ref().map_or(0, |valid| valid.size()[1])
@@ -104,9 +150,10 @@ impl KvCache {
         self.len() == 0
     }
 
-    /// Numbers held in the cached keys and values, over all layers.
+    /// Numbers held in the cached keys and values of the positions seen, over all layers.
     pub fn stored_floats(&self) -> i64 {
-        self.layers.iter().flatten().map(|(k, v)| (k.numel() + v.numel()) as i64).sum()
+        let per_position = |t: &Tensor| t.numel() as i64 / t.size()[2];
+        self.layers.iter().flatten().map(|(k, v)| (per_position(k) + per_position(v)) * self.len()).sum()
     }
 }
 // ANCHOR_END: cache
@@ -127,7 +174,8 @@ impl TinyAgent {
     /// A freshly initialised model; the weights come from libtorch's generator
     /// (seeded by `book::setup`).
     pub fn new(config: Config, device: Device) -> TinyAgent {
-        let vs = nn::VarStore::new(device);
+        let mut vs = nn::VarStore::new(device);
+        vs.set_kind(REAL); // the weights are drawn and kept in 64 bits
         let root = vs.root();
         let e = nn::EmbeddingConfig { ws_init: nn::Init::Randn { mean: 0.0, stdev: 0.02 }, ..Default::default() };
         let wte = nn::embedding(&root / "wte", config.vocab, config.d_model, e);
@@ -182,7 +230,7 @@ impl TinyAgent {
         let mut x = ids.apply(&self.wte) + positions.apply(&self.wpe); // [B, T, D]
         cache.layers.resize_with(self.blocks.len(), || None);
         for (block, past_kv) in self.blocks.iter().zip(cache.layers.iter_mut()) {
-            x = block.forward(&x, allowed.as_ref(), past_kv);
+            x = block.forward(&x, allowed.as_ref(), past_kv, past);
         }
         cache.valid = Some(valid_all);
         x.apply(&self.ln_f) // [B, T, D]
@@ -200,7 +248,7 @@ impl TinyAgent {
         let (_, t) = ids.size2().unwrap();
         let logits = self.logits(ids, valid).narrow(1, 0, t - 1); // [B, T-1, V]
         let next = ids.narrow(1, 1, t - 1).unsqueeze(-1); // [B, T-1, 1]
-        logits.log_softmax(-1, Kind::Float).gather(-1, &next, false).squeeze_dim(-1)
+        logits.log_softmax(-1, REAL).gather(-1, &next, false).squeeze_dim(-1)
     }
     // ANCHOR_END: logprobs
 
@@ -220,8 +268,8 @@ impl TinyAgent {
 // ANCHOR: entropy
 /// The entropy of the softmax of `logits` [.., V]: [..], in nats.
 pub fn entropy(logits: &Tensor) -> Tensor {
-    let logp = logits.log_softmax(-1, Kind::Float);
-    -(logp.exp() * &logp).sum_dim_intlist(-1, false, Kind::Float)
+    let logp = logits.log_softmax(-1, REAL);
+    -(logp.exp() * &logp).sum_dim_intlist(-1, false, REAL)
 }
 // ANCHOR_END: entropy
 
@@ -243,28 +291,39 @@ impl Sampling {
     /// Draw one token from `logits` (one row, length V). Returns the token and
     /// its log-probability under the distribution actually sampled from (after
     /// temperature and top-p); with `PURE` that is the model's own log π.
-    pub fn draw(&self, logits: &[f32], rng: &mut StdRng) -> (u32, f32) {
+    pub fn draw(&self, logits: &[f64], rng: &mut StdRng) -> (u32, f64) {
         let best = (0..logits.len()).fold(0, |best, i| if logits[i] > logits[best] { i } else { best });
         if self.temperature == 0.0 {
             return (best as u32, 0.0);
         }
-        let scaled: Vec<f64> = logits.iter().map(|&l| (l as f64 - logits[best] as f64) / self.temperature).collect();
-        let total: f64 = scaled.iter().map(|s| s.exp()).sum();
+        let weights: Vec<f64> = logits.iter().map(|&l| ((l - logits[best]) / self.temperature).exp()).collect();
+        let total: f64 = weights.iter().sum();
+        if self.top_p >= 1.0 {
+            // The whole vocabulary: invert the cumulative distribution in token order.
+            let u = rng.random::<f64>() * total;
+            let mut acc = 0.0;
+            for (i, &w) in weights.iter().enumerate() {
+                acc += w;
+                if u < acc || i + 1 == weights.len() {
+                    return (i as u32, (w / total).ln());
+                }
+            }
+        }
         let mut order: Vec<usize> = (0..logits.len()).collect();
         // Most likely first; equal probabilities in index order, so the draw is reproducible.
-        order.sort_by(|&a, &b| scaled[b].total_cmp(&scaled[a]).then(a.cmp(&b)));
+        order.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
         let (mut kept, mut mass) = (0, 0.0);
         while kept < order.len() && (kept == 0 || mass < self.top_p) {
-            mass += scaled[order[kept]].exp() / total;
+            mass += weights[order[kept]] / total;
             kept += 1;
         }
         let u = rng.random::<f64>() * mass;
         let mut acc = 0.0;
         for &i in &order[..kept] {
-            let p = scaled[i].exp() / total;
+            let p = weights[i] / total;
             acc += p;
             if u < acc || i == order[kept - 1] {
-                return (i as u32, (p / mass).ln() as f32);
+                return (i as u32, (p / mass).ln());
             }
         }
         unreachable!("the loop returns at the last kept token")
@@ -277,12 +336,42 @@ impl Sampling {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Generated {
     pub tokens: Vec<u32>,
-    pub logprobs: Vec<f32>,
+    pub logprobs: Vec<f64>,
 }
 
 fn ids_tensor(rows: &[Vec<i64>], device: Device) -> Tensor {
     let width = rows[0].len() as i64;
     Tensor::from_slice(&rows.concat()).view([rows.len() as i64, width]).to_device(device)
+}
+
+/// A row of token ids left-padded to `width`, and its mask of real tokens.
+fn left_pad(row: &[u32], width: usize) -> (Vec<i64>, Vec<i64>) {
+    let fill = width - row.len();
+    let ids = std::iter::repeat_n(0, fill).chain(row.iter().map(|&t| t as i64)).collect();
+    let valid = std::iter::repeat_n(0, fill).chain(std::iter::repeat_n(1, row.len())).collect();
+    (ids, valid)
+}
+
+/// Sample the next token of every row that is not done from the logits of its
+/// last position (`logits`: [B, T, V]); returns the tokens to feed next and 1
+/// where that token is real (0 for rows that were already done).
+fn sample_rows(logits: &Tensor, out: &mut [Generated], done: &mut [bool], stop: &[u32], sampling: Sampling, rng: &mut StdRng) -> (Vec<i64>, Vec<i64>) {
+    let b = out.len();
+    let last = logits.select(1, -1).to_kind(REAL).to_device(Device::Cpu); // [B, V]
+    let rows = Vec::<f64>::try_from(last.reshape([-1])).expect("logits are real numbers");
+    let v = rows.len() / b;
+    let mut next = vec![0i64; b]; // padding for rows that were already done
+    let mut fresh = vec![0i64; b]; // 1 where `next` is a real token
+    for row in 0..b {
+        if !done[row] {
+            let (token, logprob) = sampling.draw(&rows[row * v..(row + 1) * v], rng);
+            out[row].tokens.push(token);
+            out[row].logprobs.push(logprob);
+            done[row] = stop.contains(&token);
+            (next[row], fresh[row]) = (token as i64, 1);
+        }
+    }
+    (next, fresh)
 }
 
 impl TinyAgent {
@@ -292,48 +381,61 @@ impl TinyAgent {
     /// `use_cache`, each step feeds only the B new tokens and reuses the cached
     /// keys and values; without it, each step recomputes the whole sequence.
     pub fn generate(&self, prompts: &[Vec<u32>], max_new: usize, stop: &[u32], sampling: Sampling, rng: &mut StdRng, use_cache: bool) -> Vec<Generated> {
+        if use_cache {
+            return self.generate_from(&mut KvCache::default(), prompts, max_new, stop, sampling, rng);
+        }
         let _guard = tch::no_grad_guard();
         let (b, device) = (prompts.len(), self.device());
         let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
-        let pad = |p: &Vec<u32>| -> (Vec<i64>, Vec<i64>) {
-            let fill = width - p.len();
-            let ids = std::iter::repeat_n(0, fill).chain(p.iter().map(|&t| t as i64)).collect();
-            (ids, [vec![0; fill], vec![1; p.len()]].concat())
-        };
-        let (mut ids, mut valid): (Vec<Vec<i64>>, Vec<Vec<i64>>) = prompts.iter().map(pad).unzip();
+        let (mut ids, mut valid): (Vec<Vec<i64>>, Vec<Vec<i64>>) = prompts.iter().map(|p| left_pad(p, width)).unzip();
         let mut out = vec![Generated::default(); b];
         let mut done = vec![false; b];
-        let mut cache = KvCache::default();
-        let mut logits = self.forward(&ids_tensor(&ids, device), &ids_tensor(&valid, device).to_kind(Kind::Bool), &mut cache);
         for step in 0..max_new {
-            let last = logits.select(1, -1).to_kind(Kind::Float).to_device(Device::Cpu); // [B, V]
-            let rows = Vec::<f32>::try_from(last.reshape([-1])).expect("logits are f32");
-            let v = rows.len() / b;
-            let mut next = vec![0i64; b]; // padding for rows that were already done
-            let mut fresh = vec![0i64; b]; // 1 where `next` is a real token
-            for row in 0..b {
-                if !done[row] {
-                    let (token, logprob) = sampling.draw(&rows[row * v..(row + 1) * v], rng);
-                    out[row].tokens.push(token);
-                    out[row].logprobs.push(logprob);
-                    done[row] = stop.contains(&token);
-                    (next[row], fresh[row]) = (token as i64, 1);
-                }
-            }
+            let hidden = self.hidden(&ids_tensor(&ids, device), &ids_tensor(&valid, device).to_kind(Kind::Bool), &mut KvCache::default()); // [B, T, D]
+            let logits = self.head(&hidden.narrow(1, -1, 1)); // [B, 1, V]: only the last position is sampled from
+            let (next, fresh) = sample_rows(&logits, &mut out, &mut done, stop, sampling, rng);
             if done.iter().all(|&d| d) || step + 1 == max_new {
-                break; // nothing left to sample: no need for another forward pass
+                break;
             }
             for row in 0..b {
                 ids[row].push(next[row]);
                 valid[row].push(fresh[row]);
             }
-            logits = if use_cache {
-                let step_ids = Tensor::from_slice(&next).view([b as i64, 1]).to_device(device); // [B, 1]
-                let step_valid = Tensor::from_slice(&fresh).view([b as i64, 1]).to_device(device).to_kind(Kind::Bool);
-                self.forward(&step_ids, &step_valid, &mut cache)
-            } else {
-                self.logits(&ids_tensor(&ids, device), &ids_tensor(&valid, device).to_kind(Kind::Bool))
-            };
+        }
+        out
+    }
+
+    /// [`generate`](Self::generate) with a KV cache that may already hold
+    /// earlier tokens of every row: `new` (one chunk per row, left-padded into
+    /// one batch) is appended to what the cache holds, then up to `max_new`
+    /// tokens are sampled. An agent's next turn thus feeds only the tool output
+    /// and the tokens sampled last, not the whole conversation again. The cache
+    /// records the real tokens it holds in `cache.tokens`.
+    pub fn generate_from(&self, cache: &mut KvCache, new: &[Vec<u32>], max_new: usize, stop: &[u32], sampling: Sampling, rng: &mut StdRng) -> Vec<Generated> {
+        let _guard = tch::no_grad_guard();
+        let (b, device) = (new.len(), self.device());
+        cache.tokens.resize_with(b, Vec::new);
+        let width = new.iter().map(Vec::len).max().unwrap_or(0);
+        let (ids, valid): (Vec<Vec<i64>>, Vec<Vec<i64>>) = new.iter().map(|p| left_pad(p, width)).unzip();
+        for (row, chunk) in cache.tokens.iter_mut().zip(new) {
+            row.extend(chunk);
+        }
+        let mut out = vec![Generated::default(); b];
+        let mut done = vec![false; b];
+        // Only the last position is sampled from, so only it goes through the head.
+        let last_logits = |hidden: Tensor| self.head(&hidden.narrow(1, -1, 1)); // [B, 1, V]
+        let mut logits = last_logits(self.hidden(&ids_tensor(&ids, device), &ids_tensor(&valid, device).to_kind(Kind::Bool), cache));
+        for step in 0..max_new {
+            let (next, fresh) = sample_rows(&logits, &mut out, &mut done, stop, sampling, rng);
+            if done.iter().all(|&d| d) || step + 1 == max_new {
+                break; // nothing left to sample: no need for another forward pass
+            }
+            for row in (0..b).filter(|&row| fresh[row] == 1) {
+                cache.tokens[row].push(next[row] as u32);
+            }
+            let step_ids = Tensor::from_slice(&next).view([b as i64, 1]).to_device(device); // [B, 1]
+            let step_valid = Tensor::from_slice(&fresh).view([b as i64, 1]).to_device(device).to_kind(Kind::Bool);
+            logits = last_logits(self.hidden(&step_ids, &step_valid, cache));
         }
         out
     }
@@ -381,14 +483,14 @@ mod tests {
 
     #[test]
     fn sampling_follows_the_distribution_and_top_p_cuts_the_tail() {
-        let logits = [0.0f32, (2.0f32).ln(), (7.0f32).ln()]; // probabilities 0.1, 0.2, 0.7
+        let logits = [0.0f64, (2.0f64).ln(), (7.0f64).ln()]; // probabilities 0.1, 0.2, 0.7
         let mut rng = StdRng::seed_from_u64(1);
         let n = 20_000;
         let mut counts = [0usize; 3];
         for _ in 0..n {
             let (token, logprob) = Sampling::PURE.draw(&logits, &mut rng);
             counts[token as usize] += 1;
-            let expected = [0.1f32, 0.2, 0.7][token as usize].ln();
+            let expected = [0.1f64, 0.2, 0.7][token as usize].ln();
             assert!((logprob - expected).abs() < 1e-5);
         }
         for (count, p) in counts.iter().zip([0.1, 0.2, 0.7]) {
@@ -400,7 +502,7 @@ mod tests {
         for _ in 0..1000 {
             let (token, logprob) = nucleus.draw(&logits, &mut rng);
             assert_ne!(token, 0);
-            let expected = ([0.0, 0.2, 0.7][token as usize] / 0.9f32).ln();
+            let expected = ([0.0, 0.2, 0.7][token as usize] / 0.9f64).ln();
             assert!((logprob - expected).abs() < 1e-5);
         }
         assert_eq!(Sampling::GREEDY.draw(&logits, &mut rng).0, 2);
@@ -423,17 +525,53 @@ mod tests {
         let seq: Vec<i64> = prompts[1].iter().chain(&row.tokens).map(|&t| t as i64).collect();
         let n = seq.len() as i64;
         let recomputed = model.token_logprobs(&Tensor::from_slice(&seq).view([1, n]), &Tensor::ones([1, n], (Kind::Bool, Device::Cpu)));
-        let tail = Vec::<f32>::try_from(recomputed.view([-1]).narrow(0, prompts[1].len() as i64 - 1, row.tokens.len() as i64)).unwrap();
+        let tail = Vec::<f64>::try_from(recomputed.view([-1]).narrow(0, prompts[1].len() as i64 - 1, row.tokens.len() as i64)).unwrap();
         for (x, y) in tail.iter().zip(&row.logprobs) {
             assert!((x - y).abs() < 1e-4, "{tail:?} vs {:?}", row.logprobs);
         }
     }
 
+    /// Continue `cache` with `contexts` (each extending the row it holds) and
+    /// compare with a full recomputation of the same contexts.
+    fn continue_and_compare(model: &TinyAgent, cache: &mut KvCache, contexts: &[Vec<u32>], seed: u64) -> Vec<Generated> {
+        let new: Vec<Vec<u32>> = contexts.iter().zip(&cache.tokens).map(|(c, held)| {
+            assert!(c.starts_with(held));
+            c[held.len()..].to_vec()
+        }).collect();
+        let cached = model.generate_from(cache, &new, 6, &[1], Sampling::PURE, &mut StdRng::seed_from_u64(seed));
+        let full = model.generate(contexts, 6, &[1], Sampling::PURE, &mut StdRng::seed_from_u64(seed), false);
+        for (a, b) in cached.iter().zip(&full) {
+            assert_eq!(a.tokens, b.tokens);
+            assert!(a.logprobs.iter().zip(&b.logprobs).all(|(x, y)| (x - y).abs() < 1e-9), "{:?} vs {:?}", a.logprobs, b.logprobs);
+        }
+        cached
+    }
+
+    #[test]
+    fn a_cache_carried_across_turns_gives_what_the_whole_conversation_gives() {
+        let model = tiny();
+        let mut cache = KvCache::default();
+        let mut contexts = vec![vec![3u32, 4, 5], vec![6u32, 7, 8, 9, 10, 11, 12], vec![13u32]];
+        cache.tokens = vec![vec![]; 3];
+        for turn in 0..3u32 {
+            let generated = continue_and_compare(&model, &mut cache, &contexts, 10 + turn as u64);
+            // The next turn: the sampled action, then a tool output of a different length per row.
+            for (row, (context, g)) in contexts.iter_mut().zip(&generated).enumerate() {
+                context.extend(&g.tokens);
+                context.extend((0..row as u32 + 2).map(|k| 20 + k + turn));
+            }
+        }
+        // The second conversation ends: the others go on from a cache without its row.
+        cache.keep_rows(&[0, 2]);
+        contexts.remove(1);
+        continue_and_compare(&model, &mut cache, &contexts, 99);
+    }
+
     #[test]
     fn entropy_of_a_uniform_row_is_log_v() {
-        let h = entropy(&Tensor::zeros([2, 8], (Kind::Float, Device::Cpu)));
-        let values = Vec::<f32>::try_from(h).unwrap();
-        assert!(values.iter().all(|v| (v - (8f32).ln()).abs() < 1e-6));
+        let h = entropy(&Tensor::zeros([2, 8], (REAL, Device::Cpu)));
+        let values = Vec::<f64>::try_from(h).unwrap();
+        assert!(values.iter().all(|v| (v - (8f64).ln()).abs() < 1e-6));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //!
 //! Shapes: `B` trajectories, `T` positions (the longest trajectory).
 
+use crate::book::REAL;
 use crate::episode::Owner;
 use crate::gym::Info;
 use crate::plot::series_colour;
@@ -15,7 +16,7 @@ use crate::tinyagent::TinyAgent;
 use crate::tokenizer::Bpe;
 use plotters::prelude::*;
 use std::path::Path;
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 // ANCHOR: trajectory
 /// One episode as the model saw and wrote it.
@@ -27,7 +28,7 @@ pub struct Trajectory {
     /// Who wrote each id.
     pub owners: Vec<Owner>,
     /// The sampling log-prob of each id the policy wrote; 0 elsewhere.
-    pub logprobs: Vec<f32>,
+    pub logprobs: Vec<f64>,
     pub reward: f64,
     pub info: Info,
 }
@@ -69,9 +70,9 @@ impl Trajectory {
 pub struct Batch {
     pub ids: Tensor,       // [B, T] i64, 0 (`<|pad|>`) after the end
     pub valid: Tensor,     // [B, T] bool, real tokens
-    pub mask: Tensor,      // [B, T] f32, 1 on tokens the policy sampled
-    pub logprobs: Tensor,  // [B, T] f32, sampling log-probs (0 off the mask)
-    pub rewards: Tensor,   // [B] f32
+    pub mask: Tensor,      // [B, T] f64, 1 on tokens the policy sampled
+    pub logprobs: Tensor,  // [B, T] f64, sampling log-probs (0 off the mask)
+    pub rewards: Tensor,   // [B] f64
 }
 
 /// Pad `trajectories` to the longest one.
@@ -79,8 +80,8 @@ pub fn collate(trajectories: &[Trajectory], device: Device) -> Batch {
     let (b, t) = (trajectories.len(), trajectories.iter().map(|tr| tr.ids.len()).max().unwrap_or(0));
     let mut ids = vec![0i64; b * t];
     let mut valid = vec![false; b * t];
-    let mut mask = vec![0f32; b * t];
-    let mut logprobs = vec![0f32; b * t];
+    let mut mask = vec![0f64; b * t];
+    let mut logprobs = vec![0f64; b * t];
     for (row, tr) in trajectories.iter().enumerate() {
         for (col, ((&id, &owner), &logprob)) in tr.ids.iter().zip(&tr.owners).zip(&tr.logprobs).enumerate() {
             let at = row * t + col;
@@ -89,7 +90,7 @@ pub fn collate(trajectories: &[Trajectory], device: Device) -> Batch {
         }
     }
     let shape = [b as i64, t as i64];
-    let rewards: Vec<f32> = trajectories.iter().map(|tr| tr.reward as f32).collect();
+    let rewards: Vec<f64> = trajectories.iter().map(|tr| tr.reward as f64).collect();
     Batch {
         ids: Tensor::from_slice(&ids).view(shape).to_device(device),
         valid: Tensor::from_slice(&valid).view(shape).to_device(device),
@@ -104,7 +105,7 @@ pub fn collate(trajectories: &[Trajectory], device: Device) -> Batch {
 pub fn policy_logprobs(model: &TinyAgent, batch: &Batch) -> Tensor {
     let (b, _) = batch.ids.size2().unwrap();
     let next = model.token_logprobs(&batch.ids, &batch.valid); // [B, T-1]
-    Tensor::cat(&[Tensor::zeros([b, 1], (Kind::Float, next.device())), next], 1) // [B, T]
+    Tensor::cat(&[Tensor::zeros([b, 1], (REAL, next.device())), next], 1) // [B, T]
 }
 // ANCHOR_END: batch
 
@@ -115,7 +116,7 @@ pub fn policy_logprobs(model: &TinyAgent, batch: &Batch) -> Tensor {
 /// is the mask bug, a loss that also fits the environment's text.
 pub fn weighted_nll(model: &TinyAgent, batch: &Batch, weights: &Tensor) -> Tensor {
     let logp = policy_logprobs(model, batch); // [B, T]
-    -(logp * weights).sum(Kind::Float) / weights.sum(Kind::Float)
+    -(logp * weights).sum(REAL) / weights.sum(REAL)
 }
 // ANCHOR_END: loss
 
@@ -195,9 +196,9 @@ mod tests {
         let gap = ((&recomputed - &batch.logprobs) * &batch.mask).abs().max().double_value(&[]);
         assert!(gap < 1e-4, "sampling and recomputed log-probs differ by {gap}");
         // Off the mask the stored log-probs are 0, and padding is not valid.
-        assert_eq!((&batch.logprobs * (batch.mask.ones_like() - &batch.mask)).abs().sum(Kind::Float).double_value(&[]), 0.0);
+        assert_eq!((&batch.logprobs * (batch.mask.ones_like() - &batch.mask)).abs().sum(REAL).double_value(&[]), 0.0);
         let lengths: Vec<i64> = trajectories.iter().map(|t| t.ids.len() as i64).collect();
-        assert_eq!(Vec::<i64>::try_from(batch.valid.sum_dim_intlist(1, false, Kind::Int64)).unwrap(), lengths);
+        assert_eq!(Vec::<i64>::try_from(batch.valid.sum_dim_intlist(1, false, tch::Kind::Int64)).unwrap(), lengths);
     }
 
     #[test]
@@ -218,8 +219,8 @@ mod tests {
         let again = weighted_nll(&model, &collate(&changed, Device::Cpu), &collate(&changed, Device::Cpu).mask);
         assert!((loss.double_value(&[]) - again.double_value(&[])).abs() < 1e-6);
         let everything = collate(&trajectories, Device::Cpu);
-        let all = weighted_nll(&model, &everything, &everything.valid.to_kind(Kind::Float));
-        let all_changed = weighted_nll(&model, &collate(&changed, Device::Cpu), &collate(&changed, Device::Cpu).valid.to_kind(Kind::Float));
+        let all = weighted_nll(&model, &everything, &everything.valid.to_kind(REAL));
+        let all_changed = weighted_nll(&model, &collate(&changed, Device::Cpu), &collate(&changed, Device::Cpu).valid.to_kind(REAL));
         assert!((all.double_value(&[]) - all_changed.double_value(&[])).abs() > 1e-6);
     }
 

@@ -29,7 +29,7 @@ pub fn nucleus(probs: &[f64], top_p: f64) -> Vec<usize> {
 }
 
 /// Exercise 3.3: shift by the largest logit before exponentiating; $0 \ln 0 = 0$.
-pub fn temperature_entropy(logits: &[f32], temperature: f64) -> f64 {
+pub fn temperature_entropy(logits: &[f64], temperature: f64) -> f64 {
     let top = logits.iter().map(|&l| l as f64).fold(f64::NEG_INFINITY, f64::max);
     let scaled: Vec<f64> = logits.iter().map(|&l| (l as f64 - top) / temperature).collect(); // all <= 0
     let log_total = scaled.iter().map(|s| s.exp()).sum::<f64>().ln(); // >= ln 1 = 0

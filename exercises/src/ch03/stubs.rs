@@ -54,7 +54,7 @@ pub fn nucleus(probs: &[f64], top_p: f64) -> Vec<usize> {
 /// Return $H = -\sum_i p_i \ln p_i$ with $p = \mathrm{softmax}(z / T)$,
 /// computed in `f64`. It must stay finite for very small and very large $T$
 /// (think about what overflows, and about $0 \ln 0$).
-pub fn temperature_entropy(logits: &[f32], temperature: f64) -> f64 {
+pub fn temperature_entropy(logits: &[f64], temperature: f64) -> f64 {
     todo!("Exercise 3.3: -sum p ln p for p = softmax(logits / T), computed stably")
 }
 

@@ -87,8 +87,8 @@ fn ex2_small_cases() {
 }
 
 /// The probabilities `Sampling::draw` computes for `logits` at `temperature`.
-fn draw_probs(logits: &[f32], temperature: f64) -> Vec<f64> {
-    let top = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+fn draw_probs(logits: &[f64], temperature: f64) -> Vec<f64> {
+    let top = logits.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b)) as f64;
     let scaled: Vec<f64> = logits.iter().map(|&l| (l as f64 - top) / temperature).collect();
     let total: f64 = scaled.iter().map(|s| s.exp()).sum();
     scaled.iter().map(|s| s.exp() / total).collect()
@@ -97,7 +97,7 @@ fn draw_probs(logits: &[f32], temperature: f64) -> Vec<f64> {
 #[test]
 fn ex2_draw_samples_exactly_the_nucleus() {
     // Twelve logits with a few ties.
-    let logits: Vec<f32> = (0..12).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.45).collect();
+    let logits: Vec<f64> = (0..12).map(|i| ((i * 7 % 11) as f64 - 5.0) * 0.45).collect();
     let mut rng = seeded_rng(3);
     for temperature in [1.0, 0.6, 2.0] {
         let probs = draw_probs(&logits, temperature);
@@ -129,13 +129,13 @@ fn ex2_draw_samples_exactly_the_nucleus() {
 // Exercise 3.3
 // ---------------------------------------------------------------------------
 
-fn library_entropy(logits: &[f32], temperature: f64) -> f64 {
+fn library_entropy(logits: &[f64], temperature: f64) -> f64 {
     entropy(&(Tensor::from_slice(logits).to_kind(Kind::Double) / temperature)).double_value(&[])
 }
 
 #[test]
 fn ex3_matches_the_library_entropy() {
-    let rows: [&[f32]; 4] = [&[0.0, 1.0, 2.0, 3.0], &[2.5, -1.0, 0.3, 0.3, 4.0, -3.0], &[0.0; 5], &[10.0, -10.0, 0.0]];
+    let rows: [&[f64]; 4] = [&[0.0, 1.0, 2.0, 3.0], &[2.5, -1.0, 0.3, 0.3, 4.0, -3.0], &[0.0; 5], &[10.0, -10.0, 0.0]];
     for row in rows {
         for temperature in [0.25, 0.5, 1.0, 2.5, 10.0] {
             let got = temperature_entropy(row, temperature);
@@ -146,7 +146,7 @@ fn ex3_matches_the_library_entropy() {
 
 #[test]
 fn ex3_temperature_moves_entropy_between_zero_and_ln_v() {
-    let row = [1.0f32, -0.5, 2.0, 0.2, 1.7, -2.0, 0.9];
+    let row = [1.0f64, -0.5, 2.0, 0.2, 1.7, -2.0, 0.9];
     let ln_v = (row.len() as f64).ln();
     let mut last = -1.0;
     for temperature in [0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 20.0, 100.0] {
@@ -181,7 +181,7 @@ fn ex4_agrees_with_one_pass_and_with_stepping_the_cache() {
     let all: Vec<i64> = prompt.iter().chain(&continuation).map(|&t| t as i64).collect();
     let n = all.len() as i64;
     let per_token = model.token_logprobs(&Tensor::from_slice(&all).view([1, n]), &Tensor::ones([1, n], (Kind::Bool, Device::Cpu)));
-    let per_token = Vec::<f32>::try_from(per_token.view([-1])).unwrap();
+    let per_token = Vec::<f64>::try_from(per_token.view([-1])).unwrap();
     let want: f64 = per_token[prompt.len() - 1..].iter().map(|&l| l as f64).sum();
     assert_close("against token_logprobs", got, want, 1e-4);
 

@@ -238,7 +238,7 @@ fn ex4_matches_the_reward_penalty_of_kl_penalty() {
     for (task, len) in [(0, 16), (1, 9), (2, 12)] {
         let ids: Vec<u32> = (0..len).map(|_| 1 + sample_action(&[1.0 / 31.0; 31], &mut rng) as u32).collect();
         let owners: Vec<Owner> = (0..len).map(|t| if t < 3 { Owner::Prompt } else if (t / 3) % 2 == 1 { Owner::Policy } else { Owner::Env }).collect();
-        let logprobs: Vec<f32> = owners.iter().map(|o| if *o == Owner::Policy { between(-4.0, -0.01, &mut rng) as f32 } else { 0.0 }).collect();
+        let logprobs: Vec<f64> = owners.iter().map(|o| if *o == Owner::Policy { between(-4.0, -0.01, &mut rng) } else { 0.0 }).collect();
         trajectories.push(Trajectory { task, ids, owners, logprobs, reward: between(0.0, 1.0, &mut rng), info: Default::default() });
     }
     // The reference's log-probs at every position, by a plain forward pass.
