@@ -78,7 +78,11 @@ fn profiles() -> Result<String> {
     let mut inside = false;
     for line in text.lines() {
         if line.starts_with('[') {
-            inside = line.starts_with("[profile.");
+            // The profiles, and among per-package ones those of agentrl and of all
+            // dependencies ("*"); the others name tools' dependencies, which the
+            // runner does not build (cargo would warn that they match nothing).
+            let package = line.split_once(".package.").map(|(_, p)| p.trim_end_matches(']'));
+            inside = line.starts_with("[profile.") && package.is_none_or(|p| p == "\"*\"" || p == "agentrl");
         }
         if inside {
             sections.push_str(line);
@@ -141,4 +145,14 @@ pub fn execute(chapter: &Chapter, figures_dir: &Path, overrides: &[(&str, &str)]
         ));
     }
     Ok(Run { outputs, elapsed })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn runner_takes_the_profiles_of_agentrl_and_its_dependencies_only() {
+        let text = super::profiles().unwrap();
+        assert!(text.contains("[profile.dev.package.\"*\"]") && text.contains("[profile.dev.package.agentrl]"), "{text}");
+        assert!(!text.contains("headless_chrome") && !text.contains("[workspace"), "{text}");
+    }
 }
