@@ -102,7 +102,7 @@ pub struct Sequence {
 impl Sequence {
     pub fn new(bpe: &Bpe, transcript: &[(Owner, String)], context_weight: f64) -> Sequence {
         let (ids, owners) = bpe.encode_transcript(transcript);
-        let weights = owners.iter().map(|&o| if o == Owner::Policy { 1.0 } else { context_weight as f64 }).collect();
+        let weights = owners.iter().map(|&o| if o == Owner::Policy { 1.0 } else { context_weight }).collect();
         Sequence { ids, weights }
     }
 }
