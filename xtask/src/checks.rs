@@ -240,7 +240,7 @@ fn run_chapters_under(tally: &mut Tally, write_figures: bool, chapters: Vec<Chap
 }
 
 /// Run every chapter again under the second setting (`setup::SECOND_SETTING`:
-/// MKL's compatible code path, two threads): the printed outputs
+/// the processor's own kernels, two threads): the printed outputs
 /// and figures must not move. The networks compute in 64 bits (`book::REAL`), so
 /// the different orders of summation change their numbers only far below the
 /// printed digits; this is the evidence that the outputs do not depend on the
@@ -361,6 +361,49 @@ pub fn book(serve: bool) -> Result<()> {
     Ok(())
 }
 
+/// Execute every notebook in Jupyter under the second setting and compare its
+/// outputs and figures with the chapter's. One notebook at a time, each with
+/// both cores (the second setting has two threads), so that evcxr compiles the
+/// library and its dependencies once, in one build folder.
+fn execute_notebooks(tally: &mut Tally, chapters: &[Chapter]) {
+    step("notebooks: execute in Jupyter with the evcxr kernel under the second setting, compare with the chapters");
+    for chapter in in_stage_order(chapters.to_vec()) {
+        let t = Instant::now();
+        let got = notebook::execute(&notebook::path(&chapter), &scratch_figures(&chapter, "jupyter"), setup::CHECK_KERNEL, 0);
+        eprintln!("  notebook {} executed in {}", chapter.name, secs(t));
+        let name = format!("notebook {}: outputs equal the chapter, under the second setting", chapter.name);
+        let expected: Vec<&str> = chapter.cells.iter().map(|cell| cell.output.as_ref().map(|(text, _, _)| text.as_str()).unwrap_or("")).collect();
+        match got {
+            Ok(got) if got.len() == expected.len() => {
+                let problems: Vec<String> = got
+                    .iter()
+                    .zip(&expected)
+                    .zip(&chapter.cells)
+                    .filter(|((g, e), _)| g.as_str() != **e)
+                    .map(|((g, e), cell)| format!("cell at chapters/{}.md line {} differs in Jupyter (second setting):\n{}", chapter.name, cell.line, diff(e, g)))
+                    .collect();
+                tally.check(&name, problems);
+                tally.check(&format!("notebook {}: figures", chapter.name), figure_problems(&chapter, &scratch_figures(&chapter, "jupyter")));
+            }
+            Ok(got) => tally.check(&name, vec![format!("{} code cells ran, expected {}", got.len(), expected.len())]),
+            Err(err) => tally.check(&name, vec![err]),
+        }
+    }
+}
+
+/// Only the notebook check of the test command (setup included): every
+/// notebook executed in Jupyter under the second setting, compared with its chapter.
+pub fn test_notebooks() -> Result<()> {
+    let start = Instant::now();
+    setup::all(false)?;
+    let mut tally = Tally::default();
+    let chapters = chapter::all()?;
+    tally.check("notebooks up to date", notebook_problems(&chapters));
+    execute_notebooks(&mut tally, &chapters);
+    eprintln!("  time: total: {}", secs(start));
+    tally.finish()
+}
+
 pub fn test(jupyter: bool) -> Result<()> {
     let start = Instant::now();
     setup::all(true)?;
@@ -387,6 +430,7 @@ pub fn test(jupyter: bool) -> Result<()> {
     times.insert("exercises", secs(t));
 
     let chapters: Vec<Chapter> = chapter::all()?;
+    tally.check("anchors: each opens once per file and is closed", chapter::anchor_problems());
     tally.check("notebooks up to date", notebook_problems(&chapters));
 
     let t = Instant::now();
@@ -397,34 +441,10 @@ pub fn test(jupyter: bool) -> Result<()> {
 
     let t = Instant::now();
     if jupyter {
-        step("notebooks: execute in Jupyter with the evcxr kernel under the second setting, compare with the chapters");
-        let runs = util::parallel(&results, WORKERS, |slot, (chapter, _)| {
-            let t1 = Instant::now();
-            let got = notebook::execute(&notebook::path(chapter), &scratch_figures(chapter, "jupyter"), setup::CHECK_KERNEL, slot);
-            eprintln!("  notebook {} executed in {}", chapter.name, secs(t1));
-            got
-        });
-        for ((chapter, outputs), got) in results.iter().zip(runs) {
-            let name = format!("notebook {}: outputs equal the chapter, under the second setting", chapter.name);
-            match got {
-                Ok(got) if got.len() == outputs.len() => {
-                    let problems: Vec<String> = got
-                        .iter()
-                        .zip(outputs)
-                        .zip(&chapter.cells)
-                        .filter(|((g, o), _)| g != o)
-                        .map(|((g, o), cell)| format!("cell at chapters/{}.md line {} differs in Jupyter (second setting):\n{}", chapter.name, cell.line, diff(o, g)))
-                        .collect();
-                    tally.check(&name, problems);
-                    tally.check(&format!("notebook {}: figures", chapter.name), figure_problems(chapter, &scratch_figures(chapter, "jupyter")));
-                }
-                Ok(got) => tally.check(&name, vec![format!("{} code cells ran, expected {}", got.len(), outputs.len())]),
-                Err(err) => tally.check(&name, vec![err]),
-            }
-        }
+        execute_notebooks(&mut tally, &chapters);
         times.insert("jupyter (second setting)", secs(t));
     } else {
-        step("chapters again under the second setting (MKL compatible code path, two threads)");
+        step("chapters again under the second setting (the processor's own kernels, two threads)");
         second_setting(&mut tally, &results);
         times.insert("chapters (second setting)", secs(t));
     }

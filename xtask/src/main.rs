@@ -39,6 +39,9 @@ enum Cmd {
         /// Skip executing notebooks in Jupyter (the slowest check).
         #[arg(long)]
         no_jupyter: bool,
+        /// Only execute the notebooks in Jupyter and compare them with the chapters.
+        #[arg(long, conflicts_with = "no_jupyter")]
+        only_jupyter: bool,
     },
     /// Run one chapter and print each cell's output and the run time.
     Run { chapter: String },
@@ -63,7 +66,8 @@ fn main() {
     let result = match cli.command {
         Cmd::Setup { browser } => setup::all(browser),
         Cmd::Book { serve } => checks::book(serve),
-        Cmd::Test { no_jupyter } => checks::test(!no_jupyter),
+        Cmd::Test { only_jupyter: true, .. } => checks::test_notebooks(),
+        Cmd::Test { no_jupyter, .. } => checks::test(!no_jupyter),
         Cmd::Run { chapter } => checks::run_one(&chapter),
         Cmd::Refresh { chapter } => checks::refresh(chapter.as_deref()),
         Cmd::Notebooks => checks::notebooks(),

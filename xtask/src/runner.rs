@@ -110,14 +110,18 @@ pub struct Run {
 }
 
 /// Run a built chapter, with figures going to `figures_dir`; `overrides`
-/// replace variables of the book environment (for the second-setting check).
+/// replace variables of the book environment, an empty value removing one
+/// (for the second setting and the `setting` command).
 pub fn execute(chapter: &Chapter, figures_dir: &Path, overrides: &[(&str, &str)]) -> Result<Run> {
     let exe = root().join("target/debug").join(bin_name(chapter));
     let _ = std::fs::remove_dir_all(figures_dir);
     std::fs::create_dir_all(figures_dir).map_err(|err| err.to_string())?;
     let start = Instant::now();
-    let out = util::capture(Command::new(&exe).envs(setup::book_env())
-        .envs(overrides.iter().copied())
+    let mut command = Command::new(&exe);
+    for (key, _) in overrides.iter().filter(|(_, value)| value.is_empty()) {
+        command.env_remove(key);
+    }
+    let out = util::capture(command.envs(setup::with_overrides(setup::book_env(), overrides))
         .env("AGENTRL_FIGURES", figures_dir).current_dir(root()))?;
     let elapsed = start.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
