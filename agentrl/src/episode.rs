@@ -8,7 +8,7 @@
 //! uniformly random agent. Chapter 4 generalises all of this into the gym.
 
 use crate::clamp::{edit_op, CLAMP_BUGGY, CLAMP_ISSUE, HIDDEN_TESTS, PUBLIC_TESTS};
-use crate::sandbox::{all_pass, run_tests, TestLine};
+use crate::sandbox::{all_pass, run_tests, shorten, TestLine};
 use regex::Regex;
 use std::fmt;
 use std::sync::LazyLock;
@@ -57,24 +57,35 @@ impl ClampEnv {
         let (observation, reward, done) = match parse_call(action_text) {
             None => ("ERROR: expected <call> tool [arg] </call>".to_string(), 0.0, false),
             Some(call) => match (call.tool.as_str(), call.arg.as_deref()) {
-                ("read", _) => (self.source.clone(), 0.0, false),
-                ("test", _) => (join(&run_tests(&self.source, PUBLIC_TESTS)), 0.0, false),
+                ("read", None) => (self.source.clone(), 0.0, false),
+                ("test", None) => (join(&run_tests(&self.source, PUBLIC_TESTS)), 0.0, false),
                 ("edit", Some(op)) if edit_op(op).is_some() => {
                     self.source = edit_op(op).unwrap()(&self.source);
                     (format!("edited with {op}"), 0.0, false)
                 }
-                ("submit", _) => {
+                ("submit", None) => {
                     let all_tests = [PUBLIC_TESTS, HIDDEN_TESTS].concat();
                     let solved = all_pass(&run_tests(&self.source, &all_tests));
                     ("submitted".to_string(), if solved { 1.0 } else { 0.0 }, true)
                 }
-                (tool, arg) => (format!("ERROR: unknown tool or op: {tool} {}", arg.unwrap_or("")).trim_end().to_string(), 0.0, false),
+                (tool, arg) => (unknown_call(tool, arg), 0.0, false),
             },
         };
         Step { observation, reward, done }
     }
 }
 // ANCHOR_END: step
+
+/// Characters of the agent's own text that an error message repeats.
+pub const MAX_ECHO_CHARS: usize = 64;
+
+/// The observation for a call no tool accepts (an unknown tool, or an argument
+/// where none is taken: `submit now`), repeating at most [`MAX_ECHO_CHARS`]
+/// characters of each word.
+pub fn unknown_call(tool: &str, arg: Option<&str>) -> String {
+    let arg = arg.map(|arg| format!(" {}", shorten(arg, MAX_ECHO_CHARS))).unwrap_or_default();
+    format!("ERROR: unknown tool or op: {}{arg}", shorten(tool, MAX_ECHO_CHARS))
+}
 
 impl Default for ClampEnv {
     fn default() -> Self {
@@ -194,6 +205,10 @@ mod tests {
         assert!(step.observation.starts_with("ERROR: expected"));
         assert_eq!(env.step("<call> edit delete_all </call>").observation, "ERROR: unknown tool or op: edit delete_all");
         assert_eq!(env.step("<call> rm </call>").observation, "ERROR: unknown tool or op: rm");
+        assert_eq!(env.step("<call> submit now </call>").observation, "ERROR: unknown tool or op: submit now");
+        assert_eq!(env.step("<call> read everything </call>").observation, "ERROR: unknown tool or op: read everything");
+        let long = format!("<call> {} </call>", "x".repeat(1 << 20));
+        assert_eq!(env.step(&long).observation, format!("ERROR: unknown tool or op: {}...", "x".repeat(MAX_ECHO_CHARS)));
         assert_eq!(env.source, CLAMP_BUGGY);
     }
 

@@ -11,9 +11,9 @@
 //! deterministic. Task 0 is Chapter 1's clamp issue.
 
 use crate::clamp::{CLAMP_BUGGY, CLAMP_FIXED, CLAMP_ISSUE, HIDDEN_TESTS, PUBLIC_TESTS};
-use crate::episode::parse_call;
+use crate::episode::{parse_call, unknown_call, MAX_ECHO_CHARS};
 use crate::runner::{Guarded, Test, TestRunner};
-use crate::sandbox::{all_pass, TestLine};
+use crate::sandbox::{all_pass, shorten, TestLine};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -691,13 +691,13 @@ impl BugFixEnv {
                 ("test", None) => self.public().0,
                 ("edit", Some(name)) => match self.tasks[self.task].menu.iter().position(|e| e.name == name) {
                     Some(op) => self.edit(op),
-                    None => format!("ERROR: unknown op: {name}").into(),
+                    None => format!("ERROR: unknown op: {}", shorten(name, MAX_ECHO_CHARS)).into(),
                 },
                 ("submit", None) => {
                     info.submitted = true;
                     "submitted".into()
                 }
-                (tool, arg) => format!("ERROR: unknown tool or op: {tool} {}", arg.unwrap_or("")).trim_end().into(),
+                (tool, arg) => unknown_call(tool, arg).into(),
             },
         };
         self.turn += 1;
@@ -951,6 +951,42 @@ mod tests {
         env.step("<call> edit swap_minmax </call>");
         assert_eq!(&*env.step("<call> edit swap_minmax </call>").observation, "edit swap_minmax: nothing to change");
         assert_eq!(env.source(), CLAMP_FIXED);
+    }
+
+    /// Hostile messages, each with the observation it must get. None of them
+    /// ends the episode, and each costs exactly one turn.
+    #[test]
+    fn hostile_messages_get_their_observations() {
+        let long_op = format!("<call> edit {} </call>", "x".repeat(1 << 20));
+        let long_tool = format!("<call> {} </call>", "y".repeat(1 << 20));
+        let echo = |word: &str| format!("{}...", word.repeat(MAX_ECHO_CHARS));
+        let junk = "<".repeat(1 << 20);
+        let cases: Vec<(&str, String)> = vec![
+            ("", PARSE_ERROR.into()),
+            ("<call></call>", PARSE_ERROR.into()),
+            ("<call> read", PARSE_ERROR.into()),
+            ("<CALL> read </CALL>", PARSE_ERROR.into()),
+            ("<call> read </call><call> submit </call>", PARSE_ERROR.into()),
+            ("<call> <call> read </call> </call>", PARSE_ERROR.into()),
+            ("<call> edit swap_minmax now </call>", PARSE_ERROR.into()),
+            ("<call> read\u{0} </call>", PARSE_ERROR.into()),
+            ("<call> edit \u{202e}swap_minmax </call>", PARSE_ERROR.into()),
+            (junk.as_str(), PARSE_ERROR.into()),
+            ("<call> submit now </call>", "ERROR: unknown tool or op: submit now".into()),
+            ("<call> test everything </call>", "ERROR: unknown tool or op: test everything".into()),
+            ("<call> edit </call>", "ERROR: unknown tool or op: edit".into()),
+            ("<call> читать </call>", "ERROR: unknown tool or op: читать".into()),
+            (long_op.as_str(), format!("ERROR: unknown op: {}", echo("x"))),
+            (long_tool.as_str(), format!("ERROR: unknown tool or op: {}", echo("y"))),
+        ];
+        let mut env = env();
+        for (action, expected) in cases {
+            env.reset(0);
+            let step = env.step(action);
+            assert_eq!(&*step.observation, expected.as_str(), "{:.60}", action);
+            assert!(!step.done && step.reward == 0.0, "{:.60}", action);
+            assert_eq!(env.turn(), 1);
+        }
     }
 
     #[test]

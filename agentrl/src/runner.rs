@@ -10,7 +10,7 @@
 //! the trainer down. Both implement [`TestRunner`] and report every outcome,
 //! however hostile the source, as `PASS`/`FAIL` lines.
 
-use crate::sandbox::{limited_engine, same_value, Limits, TestLine};
+use crate::sandbox::{limited_engine, same_value, shorten, Limits, TestLine};
 use rhai::{Dynamic, Engine, EvalAltResult, Scope, AST};
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
@@ -18,6 +18,8 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,6 +65,8 @@ pub struct RunLimits {
     pub max_output_bytes: usize,
     /// Characters of a result shown in a test line; longer results are cut.
     pub max_result_chars: usize,
+    /// Bytes of source text; a longer source is not compiled.
+    pub max_source_bytes: usize,
 }
 
 impl Default for RunLimits {
@@ -76,10 +80,17 @@ impl Default for RunLimits {
             wall_clock_ms: 100,
             max_output_bytes: 4_096,
             max_result_chars: 80,
+            max_source_bytes: 16_384,
         }
     }
 }
 // ANCHOR_END: run_limits
+
+/// Distinct sources whose compiled form is kept; the least recently used goes first.
+pub const PROGRAM_CACHE_CAPACITY: usize = 1_024;
+
+/// Functions a script may define in one source.
+pub const MAX_FUNCTIONS: usize = 64;
 
 thread_local! {
     /// When the current call must stop, and how much it has printed so far.
@@ -88,16 +99,58 @@ thread_local! {
     static PRINTED: Cell<usize> = const { Cell::new(0) };
 }
 
-/// A Rhai engine with Chapter 1's limits, a wall clock, output limits and a compile cache.
-pub struct Guarded {
+/// Suites abandoned because a call did not return by the hard deadline.
+static ABANDONED: AtomicUsize = AtomicUsize::new(0);
+
+/// Compiled programs by source text, at most [`PROGRAM_CACHE_CAPACITY`] of them.
+#[derive(Default)]
+struct ProgramCache {
+    clock: u64,
+    entries: HashMap<String, (u64, Result<Arc<AST>, String>)>,
+}
+
+impl ProgramCache {
+    fn get(&mut self, source: &str) -> Option<Result<Arc<AST>, String>> {
+        self.clock += 1;
+        let clock = self.clock;
+        self.entries.get_mut(source).map(|(used, program)| {
+            *used = clock;
+            program.clone()
+        })
+    }
+
+    fn insert(&mut self, source: &str, program: Result<Arc<AST>, String>) {
+        if self.entries.len() >= PROGRAM_CACHE_CAPACITY {
+            let oldest = self.entries.iter().min_by_key(|(_, (used, _))| *used).map(|(text, _)| text.clone());
+            if let Some(oldest) = oldest {
+                self.entries.remove(&oldest);
+            }
+        }
+        self.entries.insert(source.to_string(), (self.clock, program));
+    }
+}
+
+/// The engine, its limits and the compile cache, shared with worker threads.
+struct Core {
     engine: Engine,
     limits: RunLimits,
-    programs: Mutex<HashMap<String, Result<Arc<AST>, String>>>,
+    programs: Mutex<ProgramCache>,
+}
+
+/// A Rhai engine with Chapter 1's limits, a wall clock, output limits and a compile cache.
+#[derive(Clone)]
+pub struct Guarded {
+    core: Arc<Core>,
 }
 
 // ANCHOR: guarded
 impl Guarded {
     pub fn new(limits: RunLimits) -> Self {
+        Guarded::with_natives(limits, |_| {})
+    }
+
+    /// A runner whose engine also has the native functions that `register` adds.
+    pub fn with_natives(limits: RunLimits, register: impl FnOnce(&mut Engine)) -> Self {
         let script_limits = Limits {
             max_operations: limits.max_operations,
             max_call_depth: limits.max_call_depth,
@@ -106,6 +159,7 @@ impl Guarded {
         };
         // Chapter 1's engine; the callbacks below replace its silent print/debug.
         let mut engine = limited_engine(script_limits);
+        engine.set_max_functions(MAX_FUNCTIONS);
         let max_output = limits.max_output_bytes;
         // `print` and `debug` only count bytes; nothing reaches our console.
         engine.on_print(move |text| PRINTED.set(PRINTED.get().saturating_add(text.len() + 1)));
@@ -120,7 +174,9 @@ impl Guarded {
             }
             None
         });
-        Guarded { engine, limits, programs: Mutex::new(HashMap::new()) }
+        register(&mut engine);
+        let programs = Mutex::new(ProgramCache::default());
+        Guarded { core: Arc::new(Core { engine, limits, programs }) }
     }
 
     /// The runner the gym uses by default (default limits), shared by all threads.
@@ -130,32 +186,37 @@ impl Guarded {
     }
 
     pub fn limits(&self) -> RunLimits {
-        self.limits
+        self.core.limits
     }
 
     /// Compile once per distinct source text; later calls get the cached tree.
     pub fn compile(&self, source: &str) -> Result<Arc<AST>, String> {
-        let mut programs = self.programs.lock().unwrap_or_else(|poison| poison.into_inner());
-        if let Some(found) = programs.get(source) {
-            return found.clone();
+        let max = self.core.limits.max_source_bytes;
+        if source.len() > max {
+            return Err(format!("source of {} bytes is over the limit of {max} bytes", source.len()));
         }
-        let compiled = self.engine.compile(source).map(Arc::new).map_err(|err| err.to_string());
-        programs.insert(source.to_string(), compiled.clone());
+        let mut programs = self.core.programs.lock().unwrap_or_else(|poison| poison.into_inner());
+        if let Some(found) = programs.get(source) {
+            return found;
+        }
+        let compiled = self.core.engine.compile(source).map(Arc::new).map_err(|err| err.to_string());
+        programs.insert(source, compiled.clone());
         compiled
     }
 
-    /// How many distinct sources have been compiled.
+    /// How many distinct sources are in the compile cache.
     pub fn cached_programs(&self) -> usize {
-        self.programs.lock().map(|programs| programs.len()).unwrap_or(0)
+        self.core.programs.lock().map(|programs| programs.entries.len()).unwrap_or(0)
     }
 
     /// Evaluate one expression against a program under the clock and output limits.
     pub fn call(&self, program: &AST, call: &str) -> Result<Dynamic, String> {
-        let expr = self.engine.compile_expression(call).map_err(|err| err.to_string())?;
+        let engine = &self.core.engine;
+        let expr = engine.compile_expression(call).map_err(|err| err.to_string())?;
         let merged = program.merge(&expr);
-        DEADLINE.set(Some(Instant::now() + Duration::from_millis(self.limits.wall_clock_ms)));
+        DEADLINE.set(Some(Instant::now() + Duration::from_millis(self.core.limits.wall_clock_ms)));
         PRINTED.set(0);
-        let result = self.engine.eval_ast_with_scope::<Dynamic>(&mut Scope::new(), &merged);
+        let result = engine.eval_ast_with_scope::<Dynamic>(&mut Scope::new(), &merged);
         DEADLINE.set(None);
         result.map_err(|err| match *err {
             EvalAltResult::ErrorTerminated(reason, _) => reason.to_string(),
@@ -166,8 +227,9 @@ impl Guarded {
 // ANCHOR_END: guarded
 
 // ANCHOR: guarded_run
-impl TestRunner for Guarded {
-    fn run(&self, source: &str, tests: &[Test]) -> Vec<TestLine> {
+impl Guarded {
+    /// Run a suite on the calling thread.
+    fn run_here(&self, source: &str, tests: &[Test]) -> Vec<TestLine> {
         let program = match self.compile(source) {
             Ok(program) => program,
             Err(err) => return vec![TestLine { passed: false, text: format!("FAIL load error: {err}") }],
@@ -180,22 +242,53 @@ impl TestRunner for Guarded {
                     (Err(err), _) => (false, format!("error: {err}")),
                     (_, Err(err)) => (false, format!("bad expectation: {err}")),
                 };
-                let got = shorten(&got, self.limits.max_result_chars);
+                let got = shorten(&got, self.core.limits.max_result_chars);
                 let verdict = if passed { "PASS" } else { "FAIL" };
                 TestLine { passed, text: format!("{verdict} {} -> {got}", test.call) }
             })
             .collect()
     }
-}
-// ANCHOR_END: guarded_run
 
-/// At most `max` characters of `text`, with `...` marking a cut.
-pub fn shorten(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        None => text.to_string(),
-        Some((cut, _)) => format!("{}...", &text[..cut]),
+    /// How long a suite of `tests` may take before it is abandoned: the
+    /// cooperative clock of every call (each test and its expectation), plus
+    /// one second for compiling and for the thread itself.
+    pub fn hard_deadline(&self, tests: usize) -> Duration {
+        Duration::from_millis(self.core.limits.wall_clock_ms * (2 * tests as u64 + 1) + 1_000)
     }
 }
+
+/// Suites abandoned so far in this process because a call never returned
+/// (each one left a worker thread running).
+pub fn abandoned_suites() -> usize {
+    ABANDONED.load(Ordering::Relaxed)
+}
+
+impl TestRunner for Guarded {
+    /// The suite runs on a worker thread that the caller waits for at most
+    /// [`Guarded::hard_deadline`]: a native function that never returns
+    /// cannot hang the caller, whatever the progress callback sees.
+    fn run(&self, source: &str, tests: &[Test]) -> Vec<TestLine> {
+        let (runner, source_owned, tests_owned) = (self.clone(), source.to_string(), tests.to_vec());
+        let (sender, receiver) = mpsc::channel();
+        let worker = std::thread::Builder::new().name("sandbox".into()).spawn(move || {
+            let _ = sender.send(runner.run_here(&source_owned, &tests_owned));
+        });
+        if let Err(err) = worker {
+            return vec![TestLine { passed: false, text: format!("FAIL runner error: cannot start a worker thread: {err}") }];
+        }
+        let limit = self.hard_deadline(tests.len());
+        match receiver.recv_timeout(limit) {
+            Ok(lines) => lines,
+            Err(RecvTimeoutError::Timeout) => {
+                ABANDONED.fetch_add(1, Ordering::Relaxed);
+                let text = format!("FAIL runner error: no result after the hard limit of {} ms; the suite was abandoned", limit.as_millis());
+                vec![TestLine { passed: false, text }]
+            }
+            Err(RecvTimeoutError::Disconnected) => vec![TestLine { passed: false, text: "FAIL runner error: the sandbox panicked".into() }],
+        }
+    }
+}
+// ANCHOR_END: guarded_run
 
 /// What the parent sends the child: a source, its tests and the in-process limits.
 #[derive(Serialize, Deserialize)]
@@ -370,6 +463,8 @@ pub const HOSTILE_SOURCES: &[(&str, &str)] = &[
     ("syntax error", "fn f(x){\n    x +\n}\n"),
     ("huge output", "fn f(x){\n    let s = \"spam \";\n    for i in 0..8 { s += s; }\n    loop { print(s); }\n}\n"),
     ("long result", "fn f(x){\n    let a = [];\n    a.pad(500, x);\n    a\n}\n"),
+    ("empty padding", "fn f(x){\n    let s = \"a\";\n    s.pad(10, \"\");\n    s\n}\n"),
+    ("control chars", "fn f(x){\n    \"\\x00\\u202E\" + x\n}\n"),
 ];
 
 #[cfg(test)]
@@ -414,6 +509,113 @@ mod tests {
         let long = text("long result");
         assert!(long.starts_with("FAIL f(1) -> [1, 1, 1") && long.ends_with("..."), "{long}");
         assert_eq!(long.chars().count(), "FAIL f(1) -> ".len() + 80 + 3);
+        assert!(text("empty padding").contains("the padding string is empty"), "{}", text("empty padding"));
+        assert_eq!(text("control chars"), "FAIL f(1) -> \\u{0}\\u{202e}1");
+    }
+
+    #[test]
+    fn sources_are_bounded_in_size_and_in_functions() {
+        let huge = "fn f(x){ x }\n".repeat(80_000); // about 1 MB
+        let lines = Guarded::shared().run(&huge, &one());
+        assert_eq!(lines[0].text, format!("FAIL load error: source of {} bytes is over the limit of 16384 bytes", huge.len()));
+        let many: String = (0..=MAX_FUNCTIONS).map(|i| format!("fn g{i}(x){{ x }}\n")).collect::<String>() + "fn f(x){ x }";
+        let lines = Guarded::shared().run(&many, &one());
+        assert!(lines[0].text.starts_with("FAIL load error: Number of functions defined exceeds maximum limit"), "{}", lines[0].text);
+    }
+
+    #[test]
+    fn the_compile_cache_keeps_the_most_recently_used_sources() {
+        let runner = Guarded::new(RunLimits::default());
+        let source = |i: usize| format!("fn f(x){{ x + {i} }}");
+        for i in 0..PROGRAM_CACHE_CAPACITY + 10 {
+            runner.compile(&source(i)).unwrap();
+            runner.compile(&source(0)).unwrap(); // kept in use
+        }
+        assert_eq!(runner.cached_programs(), PROGRAM_CACHE_CAPACITY);
+        let cache = runner.core.programs.lock().unwrap();
+        assert!(cache.entries.contains_key(&source(0)));
+        assert!(!cache.entries.contains_key(&source(1)), "the least recently used source is evicted first");
+    }
+
+    /// Call every native function the engine has (every name, every number of
+    /// parameters) with every combination of awkward arguments: empty and
+    /// huge strings, the extreme integers, empty and nested collections, unit,
+    /// a function pointer. Each call must come back (with a value or an error)
+    /// within seconds; a watchdog names the call that does not.
+    #[test]
+    fn no_native_function_runs_unbounded_on_awkward_arguments() {
+        use std::collections::BTreeSet;
+        use std::sync::atomic::AtomicBool;
+        const WIDE: &[&str] = &[
+            "\"\"", "\"ab\"", "'x'", "0", "-1", "2", "1000000", "9223372036854775807", "-9223372036854775808", "0.5", "-0.0",
+            "[]", "[1, \"a\", [2]]", "#{a: 1}", "()", "true", "(1..3)", "blob(2)", "Fn(\"g\")",
+        ];
+        const NARROW: &[&str] = &["\"\"", "\"ab\"", "0", "-1", "9223372036854775807", "-9223372036854775808", "[1, 2]", "'x'"];
+        let runner = Guarded::shared();
+        let mut functions = BTreeSet::new();
+        for signature in runner.core.engine.gen_fn_signatures(true) {
+            let (name, rest) = signature.split_once('(').unwrap();
+            let params = rest.split(')').next().unwrap();
+            let arity = if params.trim().is_empty() { 0 } else { params.split(',').count() };
+            let plain = name.chars().all(|c| c.is_alphanumeric() || c == '_');
+            if plain && !name.is_empty() {
+                functions.insert((name.to_string(), arity));
+            }
+        }
+        assert!(functions.len() > 100, "only {} functions found", functions.len());
+        let calls: Vec<String> = functions
+            .iter()
+            .flat_map(|(name, arity)| {
+                let pool = if *arity >= 4 { NARROW } else { WIDE };
+                let mut argument_lists = vec![Vec::<&str>::new()];
+                for _ in 0..*arity {
+                    argument_lists = argument_lists.iter().flat_map(|args| pool.iter().map(move |a| [args.clone(), vec![*a]].concat())).collect();
+                }
+                argument_lists.into_iter().map(move |args| format!("{name}({})", args.join(", ")))
+            })
+            .collect();
+        assert!(calls.len() > 100_000, "only {} calls", calls.len());
+        let program = runner.compile("fn g(a, b) { a }").unwrap();
+        let current = Arc::new(Mutex::new(String::new()));
+        let (done, finished) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let panicked = Arc::new(Mutex::new(Vec::<String>::new()));
+        let total = calls.len();
+        {
+            let (current, done, finished, panicked) = (current.clone(), done.clone(), finished.clone(), panicked.clone());
+            std::thread::spawn(move || {
+                for call in calls {
+                    *current.lock().unwrap() = call.clone();
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.call(&program, &call))).is_err() {
+                        panicked.lock().unwrap().push(call);
+                    }
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+                finished.store(true, Ordering::SeqCst);
+            });
+        }
+        let (mut last, mut since) = (0, Instant::now());
+        while !finished.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = done.load(Ordering::SeqCst);
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+            assert!(since.elapsed() < Duration::from_secs(10), "no return after 10 s from `{}`", current.lock().unwrap());
+        }
+        assert_eq!(done.load(Ordering::SeqCst), total);
+        assert_eq!(*panicked.lock().unwrap(), Vec::<String>::new(), "native functions that panicked");
+    }
+
+    #[test]
+    fn a_native_call_that_never_returns_is_abandoned_at_the_hard_limit() {
+        let limits = RunLimits { wall_clock_ms: 10, ..RunLimits::default() };
+        let runner = Guarded::with_natives(limits, |engine| {
+            engine.register_fn("stall", || std::thread::sleep(Duration::from_secs(3)));
+        });
+        let before = abandoned_suites();
+        let lines = runner.run("fn f(x){ stall(); x }", &one());
+        assert_eq!(lines[0].text, "FAIL runner error: no result after the hard limit of 1030 ms; the suite was abandoned");
+        assert!(abandoned_suites() > before);
     }
 
     #[test]
@@ -442,12 +644,6 @@ mod tests {
         assert!(lines[0].text.starts_with("FAIL f(1) -> error: Function not found"), "{}", lines[0].text);
     }
 
-    #[test]
-    fn results_are_shortened_by_characters() {
-        assert_eq!(shorten("abcdef", 3), "abc...");
-        assert_eq!(shorten("abc", 3), "abc");
-        assert_eq!(shorten("ééé", 2), "éé...");
-    }
 
     #[test]
     fn a_missing_child_binary_is_a_fail_line() {

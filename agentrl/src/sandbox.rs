@@ -9,7 +9,7 @@
 //! Chapter 4 extends this runner with a wall clock, output limits and process
 //! isolation.
 
-use rhai::{Dynamic, Engine, Scope, AST};
+use rhai::{Array, Dynamic, Engine, EvalAltResult, ImmutableString, NativeCallContext, Scope, AST, INT};
 use std::fmt;
 use std::sync::LazyLock;
 
@@ -80,7 +80,17 @@ pub fn limited_engine(limits: Limits) -> Engine {
         .set_strict_variables(true);
     engine.on_print(|_| {}).on_debug(|_, _, _| {}); // a script cannot write to our console
     register_python_min_max(&mut engine);
+    register_bounded_pad(&mut engine);
+    forbid_sleep(&mut engine);
     engine
+}
+
+/// Rhai's standard library has `sleep(seconds)`, which blocks the calling
+/// thread inside one native call, beyond the reach of every limit. A script
+/// under test has no reason to wait, so the sandbox refuses it.
+fn forbid_sleep(engine: &mut Engine) {
+    engine.register_fn("sleep", |_seconds: INT| -> Result<(), Box<EvalAltResult>> { Err("sleep is not available in the sandbox".into()) });
+    engine.register_fn("sleep", |_seconds: rhai::FLOAT| -> Result<(), Box<EvalAltResult>> { Err("sleep is not available in the sandbox".into()) });
 }
 
 impl Sandbox {
@@ -109,6 +119,48 @@ impl Sandbox {
     }
 }
 // ANCHOR_END: sandbox
+
+/// Rhai's `pad` has two holes, found by calling every native function with
+/// awkward arguments (`runner::tests`). `string.pad(len, padding)` never
+/// returns when `padding` is empty: its loop adds nothing and runs inside one
+/// native call, where neither the operation limit nor a clock checked between
+/// operations can stop it. `array.pad(len, item)` with a length near `i64::MAX`
+/// overflows the arithmetic of its size check (a panic, or a wrapped check and a
+/// huge allocation). Ours, registered in the engine's own namespace (searched
+/// before the standard library), refuse both and otherwise pad the same way.
+fn register_bounded_pad(engine: &mut Engine) {
+    engine.register_fn("pad", |context: NativeCallContext, array: &mut Array, len: INT, item: Dynamic| -> Result<(), Box<EvalAltResult>> {
+        let max = context.engine().max_array_size();
+        let Ok(len) = usize::try_from(len) else { return Ok(()) }; // a negative length pads nothing
+        if max > 0 && len > max {
+            return Err(EvalAltResult::ErrorDataTooLarge("Size of array/BLOB".into(), context.call_position()).into());
+        }
+        if len > array.len() {
+            array.resize(len, item);
+        }
+        Ok(())
+    });
+    engine.register_fn(
+        "pad",
+        |context: NativeCallContext, string: &mut ImmutableString, len: INT, padding: &str| -> Result<(), Box<EvalAltResult>> {
+            if padding.is_empty() {
+                return Err("pad: the padding string is empty".into());
+            }
+            let max = context.engine().max_string_size();
+            let Ok(len) = usize::try_from(len) else { return Ok(()) }; // a negative length pads nothing
+            if max > 0 && len > max {
+                return Err(EvalAltResult::ErrorDataTooLarge("Length of string".into(), context.call_position()).into());
+            }
+            let have = string.chars().count();
+            if have < len {
+                let mut padded = string.to_string();
+                padded.extend(padding.chars().cycle().take(len - have));
+                *string = padded.into();
+            }
+            Ok(())
+        },
+    );
+}
 
 /// Rhai's own `min`/`max` turn `min(0, 1.0)` into the float `0.0`. Ours return
 /// the chosen argument unchanged, as Python's do, so `min(0, 1.0)` is the int `0`.
@@ -146,6 +198,27 @@ pub fn same_value(a: &Dynamic, b: &Dynamic) -> bool {
         (Some(x), Some(y)) => x == y,
         _ => a.type_name() == b.type_name() && a.to_string() == b.to_string(),
     }
+}
+
+/// Text safe to show an agent: at most `max` characters, `...` marking a cut,
+/// and control and bidirectional-formatting characters (NUL, escape, newline,
+/// right-to-left override, ...) written as escapes such as `\u{202e}`, so that
+/// what a script returns cannot forge lines or reorder what is displayed.
+pub fn shorten(text: &str, max: usize) -> String {
+    let unsafe_char = |c: char| c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    let mut out = String::new();
+    for (count, c) in text.chars().enumerate() {
+        if count == max {
+            out.push_str("...");
+            break;
+        }
+        if unsafe_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 // ANCHOR: run_tests
@@ -225,6 +298,44 @@ mod tests {
         assert!(lines[0].passed);
         let lines = run_tests("import \"std\" as s; fn f(x) { x }", ONE);
         assert!(!lines[0].passed, "{}", lines[0].text);
+    }
+
+    #[test]
+    fn shown_text_is_cut_by_characters_and_escaped() {
+        assert_eq!(shorten("abcdef", 3), "abc...");
+        assert_eq!(shorten("abc", 3), "abc");
+        assert_eq!(shorten("ééé", 2), "éé...");
+        assert_eq!(shorten("a\u{0}b\u{202e}c\nd", 80), "a\\u{0}b\\u{202e}c\\u{a}d");
+    }
+
+    #[test]
+    fn padding_with_an_empty_string_is_an_error_not_a_hang() {
+        let sandbox = Sandbox::shared();
+        let program = sandbox.compile("fn pad_to(n, fill) { let s = \"a\"; s.pad(n, fill); s }").unwrap();
+        let err = sandbox.call(&program, "pad_to(3, \"\")").unwrap_err();
+        assert!(err.contains("the padding string is empty"), "{err}");
+        assert_eq!(sandbox.call(&program, "pad_to(6, \"xy\")").unwrap().to_string(), "axyxyx");
+        assert_eq!(sandbox.call(&program, "pad_to(-5, \"x\")").unwrap().to_string(), "a");
+        let err = sandbox.call(&program, "pad_to(1000000, \"x\")").unwrap_err();
+        assert!(err.contains("Length of string"), "{err}");
+    }
+
+    #[test]
+    fn scripts_cannot_sleep() {
+        let sandbox = Sandbox::shared();
+        for call in ["sleep(1000000)", "sleep(0.5)"] {
+            let err = sandbox.call(&AST::empty(), call).unwrap_err();
+            assert!(err.contains("sleep is not available"), "{call}: {err}");
+        }
+    }
+
+    #[test]
+    fn padding_an_array_to_a_huge_length_is_an_error_not_an_overflow() {
+        let sandbox = Sandbox::shared();
+        let program = sandbox.compile("fn pad_to(n) { let a = [1, 2]; a.pad(n, [1, 2]); a.len() }").unwrap();
+        let err = sandbox.call(&program, "pad_to(9223372036854775807)").unwrap_err();
+        assert!(err.contains("Size of array"), "{err}");
+        assert_eq!(sandbox.call(&program, "pad_to(5)").unwrap().to_string(), "5");
     }
 
     #[test]
