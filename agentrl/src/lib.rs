@@ -16,7 +16,7 @@
 //! | [`mdp`] | 2 | the repair MDP; policy evaluation, value and policy iteration, Monte Carlo, Q-learning |
 //! | [`bandit`] | 2 | the k-armed bandit: xi-greedy, UCB, gradient bandit |
 //! | [`pomdp`] | 2 | the hidden-family POMDP: beliefs and the value of `test` |
-//! | [`stats`] | 2 | Monte Carlo error: means with Student-t intervals over seeds, paired differences |
+//! | [`stats`] | 2 | Monte Carlo error: standard errors, Student-t intervals over seeds, paired differences, Wilson intervals for rates, a paired bootstrap over tasks, bands for curves |
 //! | [`tokenizer`] | 3 | a byte-level BPE for the gym's text, special tokens, the chat format |
 //! | [`tinyagent`] | 3 | TinyAgent: the transformer, log-probs, entropy, sampling, KV-cache generation |
 //! | [`agent`] | 3 | the policy interface: contexts in, sampled actions with log-probs out |

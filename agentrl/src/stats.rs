@@ -2,9 +2,24 @@
 //!
 //! A learning experiment run with several seeds gives one number per seed;
 //! the mean is the estimate and the spread between seeds its error. With few
-//! seeds the interval uses Student's t distribution, not the normal one.
+//! seeds the interval uses Student's t distribution, not the normal one. A
+//! success rate over n episodes gets the Wilson interval; a comparison of two
+//! variants on the same tasks gets a paired bootstrap over the tasks; a
+//! learning curve over seeds gets a band, point by point.
 
-use statrs::distribution::{ContinuousCDF, StudentsT};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+
+/// The sample mean and the standard error of the mean, `s / √n` with `s` the
+/// sample standard deviation (n − 1 in its denominator). Needs two values.
+pub fn standard_error(values: &[f64]) -> (f64, f64) {
+    let n = values.len();
+    assert!(n >= 2, "a standard error needs at least two values, got {n}");
+    let mean = values.iter().sum::<f64>() / n as f64;
+    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    (mean, (variance / n as f64).sqrt())
+}
 
 // ANCHOR: interval
 /// The mean of `values` and the half-width of its two-sided 95 % confidence
@@ -13,10 +28,9 @@ use statrs::distribution::{ContinuousCDF, StudentsT};
 pub fn mean_interval(values: &[f64]) -> (f64, f64) {
     let n = values.len();
     assert!(n >= 2, "an interval needs at least two values, got {n}");
-    let mean = values.iter().sum::<f64>() / n as f64;
-    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let (mean, se) = standard_error(values);
     let t = StudentsT::new(0.0, 1.0, (n - 1) as f64).expect("n - 1 > 0 degrees of freedom").inverse_cdf(0.975);
-    (mean, t * (variance / n as f64).sqrt())
+    (mean, t * se)
 }
 
 /// `b − a` seed by seed (runs that share their seeds), with [`mean_interval`]
@@ -27,6 +41,59 @@ pub fn paired_difference(a: &[f64], b: &[f64]) -> (f64, f64) {
     mean_interval(&differences)
 }
 // ANCHOR_END: interval
+
+// ANCHOR: wilson
+/// The Wilson score interval (95 %) for a rate of `successes` in `n` trials:
+/// the set of true rates p for which the observed rate lies within z = 1.96
+/// standard errors √(p(1 − p)/n). Unlike `rate ± 1.96·√(rate(1 − rate)/n)`,
+/// it stays inside [0, 1] and is not empty at 0 or n successes.
+pub fn wilson_interval(successes: usize, n: usize) -> (f64, f64) {
+    assert!(n > 0 && successes <= n, "a rate needs 0 <= successes <= n and n > 0 (got {successes} of {n})");
+    let z = Normal::new(0.0, 1.0).expect("the standard normal").inverse_cdf(0.975);
+    let (n, rate) = (n as f64, successes as f64 / n as f64);
+    let denominator = 1.0 + z * z / n;
+    let centre = (rate + z * z / (2.0 * n)) / denominator;
+    let half = z / denominator * (rate * (1.0 - rate) / n + z * z / (4.0 * n * n)).sqrt();
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+// ANCHOR_END: wilson
+
+// ANCHOR: bootstrap
+/// A paired comparison over units (tasks) that both variants were scored on:
+/// the mean of `b[i] − a[i]` and its 95 % percentile-bootstrap interval from
+/// `resamples` draws of the units with replacement, drawn from `seed`.
+pub fn paired_bootstrap(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> (f64, f64, f64) {
+    assert_eq!(a.len(), b.len(), "paired scores come in pairs");
+    assert!(!a.is_empty() && resamples >= 100, "need some units and at least 100 resamples");
+    let differences: Vec<f64> = a.iter().zip(b).map(|(x, y)| y - x).collect();
+    let n = differences.len();
+    let mean = differences.iter().sum::<f64>() / n as f64;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut means: Vec<f64> = (0..resamples)
+        .map(|_| (0..n).map(|_| differences[rng.random_range(0..n)]).sum::<f64>() / n as f64)
+        .collect();
+    means.sort_by(f64::total_cmp);
+    let at = |q: f64| means[((q * resamples as f64) as usize).min(resamples - 1)];
+    (mean, at(0.025), at(0.975))
+}
+// ANCHOR_END: bootstrap
+
+// ANCHOR: band
+/// A band for curves over seeds: `runs[seed][point]` becomes, point by point,
+/// (mean, mean − half, mean + half) with the Student-t half-width of
+/// [`mean_interval`]. All runs must have the same length.
+pub fn band(runs: &[Vec<f64>]) -> Vec<(f64, f64, f64)> {
+    assert!(runs.len() >= 2, "a band needs at least two runs");
+    let points = runs[0].len();
+    assert!(runs.iter().all(|run| run.len() == points), "every run needs the same number of points");
+    (0..points)
+        .map(|i| {
+            let (mean, half) = mean_interval(&runs.iter().map(|run| run[i]).collect::<Vec<_>>());
+            (mean, mean - half, mean + half)
+        })
+        .collect()
+}
+// ANCHOR_END: band
 
 #[cfg(test)]
 mod tests {
@@ -51,6 +118,51 @@ mod tests {
         let b = [0.3, 0.6, 0.9];
         let (mean, half) = paired_difference(&a, &b);
         assert!((mean - 0.1).abs() < 1e-12 && half < 1e-9);
+    }
+
+    #[test]
+    fn the_standard_error_divides_the_sample_deviation_by_root_n() {
+        let (mean, se) = standard_error(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        // Sample variance 32 / 7.
+        assert!((mean - 5.0).abs() < 1e-12 && (se - (32.0 / 7.0 / 8.0f64).sqrt()).abs() < 1e-12, "{se}");
+    }
+
+    #[test]
+    fn wilson_intervals_match_published_values() {
+        // 8 of 10: (0.4902, 0.9433), from the closed form by hand.
+        let (low, high) = wilson_interval(8, 10);
+        assert!((low - 0.490_16).abs() < 1e-4 && (high - 0.943_32).abs() < 1e-4, "{low} {high}");
+        // 0 of 10: the lower end is 0 and the upper end z²/(n + z²) = 0.2775.
+        let (low, high) = wilson_interval(0, 10);
+        assert!(low.abs() < 1e-12 && (high - 0.277_53).abs() < 1e-4, "{low} {high}");
+        // Symmetry: k of n mirrors n − k of n.
+        let (a, b) = wilson_interval(3, 17);
+        let (c, d) = wilson_interval(14, 17);
+        assert!((a - (1.0 - d)).abs() < 1e-12 && (b - (1.0 - c)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_paired_bootstrap_agrees_with_the_normal_interval_on_many_units() {
+        // Constant differences: no spread at all.
+        let (mean, low, high) = paired_bootstrap(&[0.0, 1.0, 0.0], &[0.5, 1.5, 0.5], 1000, 1);
+        assert!((mean - 0.5).abs() < 1e-12 && (low - 0.5).abs() < 1e-12 && (high - 0.5).abs() < 1e-12);
+        // 400 units of ±1 around 0.1: the interval is close to mean ± 1.96 SE.
+        let a = vec![0.0; 400];
+        let b: Vec<f64> = (0..400).map(|i| if i % 2 == 0 { 1.1 } else { -0.9 }).collect();
+        let (mean, low, high) = paired_bootstrap(&a, &b, 4000, 7);
+        let (_, se) = standard_error(&b);
+        assert!((mean - 0.1).abs() < 1e-12);
+        assert!(((high - low) / (2.0 * 1.96 * se) - 1.0).abs() < 0.1, "{low} {high} {se}");
+        assert_eq!(paired_bootstrap(&a, &b, 4000, 7), (mean, low, high), "the same seed gives the same interval");
+    }
+
+    #[test]
+    fn a_band_is_the_interval_point_by_point() {
+        let runs = vec![vec![0.0, 1.0], vec![1.0, 2.0], vec![2.0, 3.0]];
+        let band = band(&runs);
+        let (mean, half) = mean_interval(&[1.0, 2.0, 3.0]);
+        assert_eq!(band.len(), 2);
+        assert!((band[1].0 - mean).abs() < 1e-12 && (band[1].2 - band[1].0 - half).abs() < 1e-12);
     }
 
     #[test]
