@@ -141,7 +141,7 @@ pub fn td0_critic(mdp: &Mdp, policy: &Policy, start: usize, gamma: f64, alpha: f
 }
 // ANCHOR_END: critic
 
-// ANCHOR: critic
+// ANCHOR: value_head
 /// A critic: a linear map from TinyAgent's final hidden state to the expected
 /// return. It reads the hidden states detached, so its loss does not move the
 /// policy, and it has its own parameters and optimiser.
@@ -242,7 +242,7 @@ pub fn logprobs_and_hidden(model: &TinyAgent, batch: &Batch) -> (Tensor, Tensor)
     let logp = logits.log_softmax(-1, REAL).gather(-1, &next, false).squeeze_dim(-1); // [B, T-1]
     (Tensor::cat(&[Tensor::zeros([b, 1], (REAL, logp.device())), logp], 1), hidden)
 }
-// ANCHOR_END: critic
+// ANCHOR_END: value_head
 
 // ANCHOR: credit_train
 /// REINFORCE with a learned critic: each iteration plays `config.episodes`

@@ -169,6 +169,9 @@ pub fn expand_includes(text: &str) -> Result<String> {
                 let marker = src_line.trim();
                 if let Some(a) = anchor {
                     if marker.ends_with(&format!("ANCHOR: {a}")) {
+                        if found {
+                            return Err(format!("include {spec}: the anchor `{a}` opens twice in {file}"));
+                        }
                         inside = true;
                         found = true;
                         continue;
@@ -194,9 +197,62 @@ pub fn expand_includes(text: &str) -> Result<String> {
     Ok(out)
 }
 
+/// Every `ANCHOR: name` in the library and the exercises opens once per file
+/// and is closed by its `ANCHOR_END: name`: a chapter that includes it shows
+/// exactly one piece of code.
+pub fn anchor_problems() -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut files = Vec::new();
+    for dir in ["agentrl", "exercises"] {
+        collect_rust_files(&root().join(dir), &mut files);
+    }
+    for file in files {
+        let Ok(text) = util::read(&file) else { continue };
+        let mut open: Vec<&str> = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for (number, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if let Some(name) = line.strip_prefix("// ANCHOR: ") {
+                if !seen.insert(name.trim()) {
+                    problems.push(format!("{} line {}: the anchor `{}` opens a second time", file.display(), number + 1, name.trim()));
+                }
+                open.push(name.trim());
+            } else if let Some(name) = line.strip_prefix("// ANCHOR_END: ") {
+                match open.iter().position(|n| *n == name.trim()) {
+                    Some(i) => {
+                        open.remove(i);
+                    }
+                    None => problems.push(format!("{} line {}: `ANCHOR_END: {}` without its opening", file.display(), number + 1, name.trim())),
+                }
+            }
+        }
+        for name in open {
+            problems.push(format!("{}: the anchor `{name}` is never closed", file.display()));
+        }
+    }
+    problems
+}
+
+fn collect_rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() && path.file_name().is_some_and(|n| n != "target") {
+            collect_rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_library_has_no_duplicate_or_unclosed_anchor() {
+        assert_eq!(anchor_problems(), Vec::<String>::new());
+    }
 
     fn parse(text: &str) -> Chapter {
         let lines: Vec<String> = text.lines().map(str::to_string).collect();
