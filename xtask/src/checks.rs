@@ -414,9 +414,10 @@ pub fn test(jupyter: bool) -> Result<()> {
     // One package at a time: built together, agentrl's dependencies would take on
     // the features xtask's need and be compiled a second time, differently from
     // the chapters' and exercises' builds, which then reuse these artifacts.
-    step("library tests (cargo test -p agentrl; cargo test -p xtask)");
-    tally.result("library tests", run(Command::new("cargo").args(["test", "-p", "agentrl"]).current_dir(root())));
+    // xtask's first, while its dependencies are as `cargo xtask` just built them.
+    step("library tests (cargo test -p xtask; cargo test -p agentrl)");
     tally.result("xtask tests", run(Command::new("cargo").args(["test", "-p", "xtask"]).current_dir(root())));
+    tally.result("library tests", run(Command::new("cargo").args(["test", "-p", "agentrl"]).current_dir(root())));
     times.insert("library tests", secs(t));
 
     let t = Instant::now();
