@@ -321,6 +321,17 @@ pub fn setting(vars: &[String], queries: &[String]) -> Result<()> {
     tally.finish()
 }
 
+/// The HTML part of the test command alone (setup with the browser included).
+pub fn html() -> Result<()> {
+    let start = Instant::now();
+    setup::all(true)?;
+    let mut tally = Tally::default();
+    tally.result("mdBook build", site::build());
+    tally.result("HTML checks", site::check_html());
+    eprintln!("  time: total: {}", secs(start));
+    tally.finish()
+}
+
 pub fn refresh(query: Option<&str>) -> Result<()> {
     setup::all(false)?;
     let chapters = match query {

@@ -3,6 +3,7 @@
 //! This crate never links libtorch: it sets the environment up, then drives
 //! cargo, the chapter runner, mdBook, Jupyter and Chromium as child processes.
 
+mod cdp;
 mod chapter;
 mod checks;
 mod notebook;
@@ -49,6 +50,8 @@ enum Cmd {
     Refresh { chapter: Option<String> },
     /// Regenerate notebooks/ from chapters/.
     Notebooks,
+    /// Build the HTML book from the chapters as they are and check it in headless Chromium.
+    Html,
     /// Run chapters under other CPU settings and check that outputs and figures do not change,
     /// e.g. `cargo xtask setting ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=2 -c 3 -c 9`.
     Setting {
@@ -71,6 +74,7 @@ fn main() {
         Cmd::Run { chapter } => checks::run_one(&chapter),
         Cmd::Refresh { chapter } => checks::refresh(chapter.as_deref()),
         Cmd::Notebooks => checks::notebooks(),
+        Cmd::Html => checks::html(),
         Cmd::Setting { vars, chapters } => checks::setting(&vars, &chapters),
     };
     if let Err(err) = result {

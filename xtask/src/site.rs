@@ -138,50 +138,9 @@ fn dead_links(book: &std::path::Path, html: &str) -> Vec<String> {
 /// Load one chapter page and check that its math rendered (if it has any), its
 /// `figures` figures loaded, its code is highlighted and the console stayed clean.
 fn check_page(url: &str, page: &str, figures: u64, math: bool) -> Result<Vec<String>> {
-    use headless_chrome::protocol::cdp::types::Event;
-    use headless_chrome::{Browser, LaunchOptions};
-    use std::ffi::OsStr;
-    use std::sync::{Arc, Mutex};
-
     let chromium = setup::chromium_path().ok_or("chromium is not installed (cargo xtask setup --browser)")?;
-    let options = LaunchOptions {
-        path: Some(chromium),
-        sandbox: false,
-        window_size: Some((1200, 900)),
-        args: vec![
-            OsStr::new("--disable-gpu"),
-            OsStr::new("--disable-background-networking"),
-            OsStr::new("--disable-component-update"),
-            OsStr::new("--disable-sync"),
-            OsStr::new("--no-first-run"),
-            OsStr::new("--disable-quic"),
-        ],
-        ..Default::default()
-    };
-    let browser = Browser::new(options).map_err(|e| format!("cannot start chromium: {e}"))?;
-    let tab = browser.new_tab().map_err(|e| e.to_string())?;
-    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
-    let sink = errors.clone();
-    tab.enable_log().map_err(|e| e.to_string())?;
-    tab.enable_runtime().map_err(|e| e.to_string())?;
-    tab.add_event_listener(Arc::new(move |event: &Event| {
-        let message = match event {
-            Event::LogEntryAdded(entry) => {
-                let e = &entry.params.entry;
-                (format!("{:?}", e.level) == "Error").then(|| format!("console: {} {}", e.text, e.url.clone().unwrap_or_default()))
-            }
-            Event::RuntimeConsoleAPICalled(call) => {
-                (format!("{:?}", call.params.Type) == "Error").then(|| format!("console.error: {:?}", call.params.args.first().and_then(|a| a.value.clone())))
-            }
-            Event::RuntimeExceptionThrown(thrown) => Some(format!("exception: {}", thrown.params.exception_details.text)),
-            _ => None,
-        };
-        if let Some(message) = message {
-            sink.lock().unwrap().push(message);
-        }
-    }))
-    .map_err(|e| e.to_string())?;
-    tab.navigate_to(url).map_err(|e| e.to_string())?.wait_until_navigated().map_err(|e| e.to_string())?;
+    let mut tab = crate::cdp::Page::open(&chromium, (1200, 900))?;
+    tab.navigate(url)?;
     let probe = r#"(async () => {
         await document.fonts.ready;
         const imgs = [...document.querySelectorAll('main img')];
@@ -198,12 +157,10 @@ fn check_page(url: &str, page: &str, figures: u64, math: bool) -> Result<Vec<Str
             title: document.title,
         });
     })()"#;
-    let value = tab.evaluate(probe, true).map_err(|e| e.to_string())?.value.ok_or("the page probe returned nothing")?;
+    let value = tab.evaluate(probe)?;
     let facts: BTreeMap<String, serde_json::Value> =
-        serde_json::from_str(value.as_str().unwrap_or("{}")).map_err(|e| e.to_string())?;
-    let screenshot = tab
-        .capture_screenshot(headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption::Png, None, None, true)
-        .map_err(|e| e.to_string())?;
+        serde_json::from_str(value.as_str().ok_or("the page probe returned nothing")?).map_err(|e| e.to_string())?;
+    let screenshot = tab.screenshot()?;
     let shot = root().join("target/book-check").join(page.replace(".html", ".png"));
     std::fs::create_dir_all(shot.parent().unwrap()).map_err(|e| e.to_string())?;
     std::fs::write(&shot, screenshot).map_err(|e| e.to_string())?;
@@ -229,7 +186,7 @@ fn check_page(url: &str, page: &str, figures: u64, math: bool) -> Result<Vec<Str
         problems.push(format!("{page}: code blocks missing or not highlighted"));
     }
     std::thread::sleep(std::time::Duration::from_millis(300));
-    problems.extend(errors.lock().unwrap().iter().map(|e| format!("{page}: {e}")));
+    problems.extend(tab.errors().iter().map(|e| format!("{page}: {e}")));
     Ok(problems)
 }
 
