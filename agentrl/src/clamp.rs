@@ -97,7 +97,7 @@ mod tests {
     }
 
     #[test]
-    fn the_source_has_as_many_words_as_the_python_original() {
+    fn the_source_has_eight_words_and_the_issue_twenty() {
         // `def clamp(value, lower, upper):` / `return min(lower, max(value, upper))`
         assert_eq!(CLAMP_BUGGY.split_whitespace().count(), 8);
         assert_eq!(CLAMP_ISSUE.split_whitespace().count(), 20);
