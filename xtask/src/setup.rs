@@ -125,12 +125,8 @@ fn book_tools() -> Result<()> {
         .unwrap_or(false);
     if !installed || !bin.join("evcxr_jupyter").exists() {
         let t = Instant::now();
-        // evcxr only drives rustc and the kernel protocol: optimisation level 1 is plenty.
         step(&format!("cargo install --locked evcxr_jupyter@{EVCXR} (a few minutes)"));
-        run(Command::new("cargo")
-            .args(["install", "--locked", &format!("evcxr_jupyter@{EVCXR}")])
-            .envs(QUICK_INSTALL.iter().copied())
-            .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "1"))?;
+        run(Command::new("cargo").args(["install", "--locked", &format!("evcxr_jupyter@{EVCXR}")]).envs(QUICK_INSTALL.iter().copied()))?;
         eprintln!("  evcxr_jupyter installed in {}", util::secs(t));
     }
     Ok(())
