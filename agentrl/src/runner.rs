@@ -263,29 +263,69 @@ pub fn abandoned_suites() -> usize {
     ABANDONED.load(Ordering::Relaxed)
 }
 
+/// A suite for a worker: the runner, the source and its tests.
+type Job = (Guarded, String, Vec<Test>);
+
+/// A thread that runs suites for one calling thread, and the two ends of its channels.
+struct Worker {
+    jobs: mpsc::Sender<Job>,
+    lines: mpsc::Receiver<Vec<TestLine>>,
+}
+
+impl Worker {
+    fn start() -> std::io::Result<Worker> {
+        let (jobs, job_queue) = mpsc::channel::<Job>();
+        let (reply, lines) = mpsc::channel();
+        std::thread::Builder::new().name("sandbox".into()).spawn(move || {
+            for (runner, source, tests) in job_queue {
+                if reply.send(runner.run_here(&source, &tests)).is_err() {
+                    break; // the caller gave up on this worker
+                }
+            }
+        })?;
+        Ok(Worker { jobs, lines })
+    }
+}
+
+thread_local! {
+    /// Each calling thread's worker, started on first use and replaced if abandoned.
+    static WORKER: std::cell::RefCell<Option<Worker>> = const { std::cell::RefCell::new(None) };
+}
+
 impl TestRunner for Guarded {
     /// The suite runs on a worker thread that the caller waits for at most
     /// [`Guarded::hard_deadline`]: a native function that never returns
-    /// cannot hang the caller, whatever the progress callback sees.
+    /// cannot hang the caller, whatever the progress callback sees. A worker
+    /// that overstays is abandoned and the next suite gets a new one.
     fn run(&self, source: &str, tests: &[Test]) -> Vec<TestLine> {
-        let (runner, source_owned, tests_owned) = (self.clone(), source.to_string(), tests.to_vec());
-        let (sender, receiver) = mpsc::channel();
-        let worker = std::thread::Builder::new().name("sandbox".into()).spawn(move || {
-            let _ = sender.send(runner.run_here(&source_owned, &tests_owned));
-        });
-        if let Err(err) = worker {
-            return vec![TestLine { passed: false, text: format!("FAIL runner error: cannot start a worker thread: {err}") }];
-        }
+        let fail = |text: String| vec![TestLine { passed: false, text }];
         let limit = self.hard_deadline(tests.len());
-        match receiver.recv_timeout(limit) {
-            Ok(lines) => lines,
-            Err(RecvTimeoutError::Timeout) => {
-                ABANDONED.fetch_add(1, Ordering::Relaxed);
-                let text = format!("FAIL runner error: no result after the hard limit of {} ms; the suite was abandoned", limit.as_millis());
-                vec![TestLine { passed: false, text }]
+        WORKER.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            if slot.is_none() {
+                match Worker::start() {
+                    Ok(worker) => *slot = Some(worker),
+                    Err(err) => return fail(format!("FAIL runner error: cannot start a worker thread: {err}")),
+                }
             }
-            Err(RecvTimeoutError::Disconnected) => vec![TestLine { passed: false, text: "FAIL runner error: the sandbox panicked".into() }],
-        }
+            let worker = slot.as_ref().expect("a worker");
+            if worker.jobs.send((self.clone(), source.to_string(), tests.to_vec())).is_err() {
+                *slot = None;
+                return fail("FAIL runner error: the sandbox panicked".into());
+            }
+            match worker.lines.recv_timeout(limit) {
+                Ok(lines) => lines,
+                Err(RecvTimeoutError::Timeout) => {
+                    *slot = None;
+                    ABANDONED.fetch_add(1, Ordering::Relaxed);
+                    fail(format!("FAIL runner error: no result after the hard limit of {} ms; the suite was abandoned", limit.as_millis()))
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    *slot = None;
+                    fail("FAIL runner error: the sandbox panicked".into())
+                }
+            }
+        })
     }
 }
 // ANCHOR_END: guarded_run
@@ -616,6 +656,8 @@ mod tests {
         let lines = runner.run("fn f(x){ stall(); x }", &one());
         assert_eq!(lines[0].text, "FAIL runner error: no result after the hard limit of 1030 ms; the suite was abandoned");
         assert!(abandoned_suites() > before);
+        // The next suite on this thread gets a fresh worker.
+        assert_eq!(runner.run("fn f(x){ x }", &one())[0].text, "PASS f(1) -> 1");
     }
 
     #[test]
