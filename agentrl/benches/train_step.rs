@@ -10,7 +10,8 @@
 //! kernels; set `ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2 OMP_NUM_THREADS=1`
 //! to measure the same.
 
-use agentrl::grpo::{train, Plain, StepTime, TrainConfig};
+use agentrl::grpo::{Grpo, Plain, TrainConfig};
+use agentrl::pg::{train, StepTime, TrainRecord};
 use agentrl::gym::Gym;
 use agentrl::pretrain::base_model;
 
@@ -29,13 +30,14 @@ fn main() {
     let (bpe, mut model) = base_model(&gym.train);
     let config = TrainConfig { name: "bench".into(), iterations: STEPS + 1, eval_every: usize::MAX, eval_episodes: 1, ..TrainConfig::grpo_plus_plus() };
     let dir = std::env::temp_dir().join(format!("agentrl-bench-{}", std::process::id()));
-    let records = train(&mut model, &bpe, (&gym.train, &gym.held_out[..1]), &config, &mut Plain, &dir).unwrap_or_else(|err| panic!("{err}"));
+    let mut grpo = Grpo { config: config.clone(), regularizer: Box::new(Plain) };
+    let records = train(&mut model, &bpe, (&gym.train, &gym.held_out[..1]), &config.schedule(), &mut grpo, &dir).unwrap_or_else(|err| panic!("{err}"));
     std::fs::remove_dir_all(&dir).ok();
     let steps: Vec<_> = records.iter().skip(1).filter(|r| r.time.is_some()).collect(); // the first step warms up
     let time = |f: fn(&StepTime) -> f64| median(steps.iter().map(|r| f(&r.time.unwrap())).collect());
     let (generation, environment, learning) = (time(|t| t.generation), time(|t| t.environment), time(|t| t.learning));
     let total = generation + environment + learning;
-    let per_second = |count: fn(&agentrl::grpo::TrainRecord) -> usize, secs: fn(&StepTime) -> f64| {
+    let per_second = |count: fn(&TrainRecord) -> usize, secs: fn(&StepTime) -> f64| {
         median(steps.iter().map(|r| count(r) as f64 / secs(&r.time.unwrap())).collect())
     };
     let generated = per_second(|r| r.generated_tokens.unwrap(), |t| t.generation);

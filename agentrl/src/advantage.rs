@@ -7,16 +7,13 @@
 //! Shapes: `G` episodes in a group, `T` steps of an episode.
 
 use crate::book::REAL;
-use crate::gym::Task;
 use crate::mdp::{sample_action, Mdp, Policy};
-use crate::pg::{reinforce_loop, PgConfig, PgRecord};
+use crate::pg::{reinforce_loss, Algorithm, Forward, Report};
 use crate::tinyagent::{KvCache, TinyAgent};
-use crate::tokenizer::Bpe;
 use crate::trajectory::{Batch, Trajectory};
 use rand::rngs::StdRng;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
 use tch::nn::{Module, OptimizerConfig};
 use tch::{nn, Device, Kind, Tensor};
 
@@ -208,56 +205,96 @@ pub fn credit_states(trajectory: &Trajectory, credit: Credit) -> Vec<(usize, std
     }
 }
 
-/// Advantages A = R − V(s) on every action token, s the state `credit` assigns
-/// it, and the value loss (V(s) − R)² averaged over those states: [B, T] and [].
-pub fn critic_advantages(values: &Tensor, trajectories: &[Trajectory], credit: Credit) -> (Tensor, Tensor) {
+/// Advantages on every action token, [B, T], from the critic's `values`
+/// [B, T]: the states that `credit` assigns form the episode's steps, the
+/// reward arrives after the last, and GAE(γ = 1, λ) runs over them (λ = 1:
+/// A = R − V(s)). Also each episode's value targets, (state position, A + V):
+/// the λ-returns the critic learns towards.
+pub fn critic_advantages(values: &Tensor, trajectories: &[Trajectory], credit: Credit, lambda: f64) -> (Tensor, Vec<Vec<(usize, f64)>>) {
     let (b, t) = values.size2().unwrap();
     let v = Vec::<f64>::try_from(values.detach().to_device(Device::Cpu).reshape([-1])).expect("values");
     let mut advantages = vec![0f64; (b * t) as usize];
-    let (mut rows, mut cols, mut targets) = (Vec::new(), Vec::new(), Vec::new());
+    let mut targets = Vec::with_capacity(trajectories.len());
     for (row, trajectory) in trajectories.iter().enumerate() {
         let base = row * t as usize;
-        let mut last_state = None;
-        for (state, tokens) in credit_states(trajectory, credit) {
-            let reward = trajectory.reward as f64;
-            advantages[base + tokens.start..base + tokens.end].fill(reward - v[base + state]);
-            if last_state != Some(state) {
-                (rows, cols, targets) = ([rows, vec![row as i64]].concat(), [cols, vec![state as i64]].concat(), [targets, vec![reward]].concat());
-                last_state = Some(state);
-            }
+        let assigned = credit_states(trajectory, credit);
+        let mut states: Vec<usize> = assigned.iter().map(|(state, _)| *state).collect();
+        states.dedup(); // episode credit: one state for every turn
+        let mut state_values: Vec<f64> = states.iter().map(|&s| v[base + s]).collect();
+        let mut rewards = vec![0.0; states.len()];
+        if let Some(last) = rewards.last_mut() {
+            *last = trajectory.reward as f64;
         }
+        state_values.push(0.0); // after the episode
+        let step_advantages = gae(&rewards, &state_values, 1.0, lambda);
+        for (state, tokens) in assigned {
+            let k = states.iter().position(|&s| s == state).expect("a listed state");
+            advantages[base + tokens.start..base + tokens.end].fill(step_advantages[k]);
+        }
+        targets.push(states.iter().zip(&step_advantages).zip(&state_values).map(|((&s, &a), &value)| (s, a + value)).collect());
     }
-    let device = values.device();
-    let picked = values.index(&[Some(Tensor::from_slice(&rows).to_device(device)), Some(Tensor::from_slice(&cols).to_device(device))]); // [states]
-    let value_loss = (picked - Tensor::from_slice(&targets).to_device(device)).square().mean(REAL);
-    (Tensor::from_slice(&advantages).view([b, t]).to_device(device), value_loss)
-}
-
-/// log π_θ at every position of a batch and the final hidden states: [B, T] and [B, T, D].
-pub fn logprobs_and_hidden(model: &TinyAgent, batch: &Batch) -> (Tensor, Tensor) {
-    let (b, t) = batch.ids.size2().unwrap();
-    let hidden = model.hidden(&batch.ids, &batch.valid, &mut KvCache::default()); // [B, T, D]
-    let logits = model.head(&hidden).narrow(1, 0, t - 1); // [B, T-1, V]
-    let next = batch.ids.narrow(1, 1, t - 1).unsqueeze(-1); // [B, T-1, 1]
-    let logp = logits.log_softmax(-1, REAL).gather(-1, &next, false).squeeze_dim(-1); // [B, T-1]
-    (Tensor::cat(&[Tensor::zeros([b, 1], (REAL, logp.device())), logp], 1), hidden)
+    (Tensor::from_slice(&advantages).view([b, t]).to_device(values.device()), targets)
 }
 // ANCHOR_END: value_head
 
 // ANCHOR: credit_train
-/// REINFORCE with a learned critic: each iteration plays `config.episodes`
-/// episodes on each of `config.tasks` tasks and takes one step on
-/// −Σ m A log π / Σ m, with A = R − V(s) at the granularity `credit`; the
-/// value head takes one step on its value loss. Metrics go to `metrics`.
-pub fn train_with_critic(model: &mut TinyAgent, bpe: &Bpe, tasks: (&[Task], &[Task]), config: &PgConfig, credit: Credit, value_lr: f64, metrics: &Path) -> Vec<PgRecord> {
-    let critic = ValueHead::new(model.config.d_model, model.device());
-    let mut value_opt = nn::Adam::default().build(&critic.vs, value_lr).expect("an optimiser for the critic");
-    reinforce_loop(model, bpe, tasks, config, &format!("{credit:?} credit"), metrics, &mut |model, trajectories, batch| {
-        let (logp, hidden) = logprobs_and_hidden(model, batch); // [B, T], [B, T, D]
-        let (advantages, value_loss) = critic_advantages(&critic.values(&hidden), trajectories, credit); // [B, T], []
-        value_opt.backward_step(&value_loss);
-        -(logp * &batch.mask * advantages).sum(REAL) / batch.mask.sum(REAL).clamp_min(1.0)
-    })
+/// A critic as a part of the training loop: once per rollout, the value head
+/// reads the policy's hidden states and gives advantages at the granularity
+/// `credit` ([`critic_advantages`]); on every minibatch it takes one Adam step
+/// on (V(s) − target)² over the minibatch's states.
+pub struct Critic {
+    pub head: ValueHead,
+    opt: nn::Optimizer,
+    pub credit: Credit,
+    pub lambda: f64,
+    /// The value targets of the current rollout's episodes.
+    targets: Vec<Vec<(usize, f64)>>,
+}
+
+impl Critic {
+    pub fn new(model: &TinyAgent, lr: f64, credit: Credit, lambda: f64) -> Critic {
+        let head = ValueHead::new(model.config.d_model, model.device());
+        let opt = nn::Adam::default().build(&head.vs, lr).expect("an optimiser for the critic");
+        Critic { head, opt, credit, lambda, targets: Vec::new() }
+    }
+
+    /// The advantages of a rollout [N, T], before any update; keeps the targets.
+    pub fn rollout_advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch) -> Tensor {
+        let hidden = tch::no_grad(|| model.hidden(&rollout.ids, &rollout.valid, &mut KvCache::default())); // [N, T, D]
+        let (advantages, targets) = critic_advantages(&self.head.values(&hidden), trajectories, self.credit, self.lambda);
+        self.targets = targets;
+        advantages // [N, T]
+    }
+
+    /// One step of the value head on the episodes `rows`, whose hidden states are `hidden` [b, T, D].
+    pub fn value_step(&mut self, hidden: &Tensor, rows: &[usize]) -> f64 {
+        let values = self.head.values(hidden); // [b, T]
+        let (mut at_row, mut at_position, mut target) = (Vec::new(), Vec::new(), Vec::new());
+        for (j, &i) in rows.iter().enumerate() {
+            for &(state, value) in &self.targets[i] {
+                at_row.push(j as i64);
+                at_position.push(state as i64);
+                target.push(value);
+            }
+        }
+        let device = values.device();
+        let index = [Some(Tensor::from_slice(&at_row).to_device(device)), Some(Tensor::from_slice(&at_position).to_device(device))];
+        let loss = (values.index(&index) - Tensor::from_slice(&target).to_device(device)).square().mean(REAL); // []
+        self.opt.backward_step(&loss);
+        loss.double_value(&[])
+    }
+}
+
+/// REINFORCE with a critic: Chapter 6's loss with the critic's advantages.
+impl Algorithm for Critic {
+    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, _rewards: &[f64], _group: usize, _report: &mut Report) -> Tensor {
+        self.rollout_advantages(model, trajectories, rollout)
+    }
+
+    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor {
+        report.insert("value_loss".into(), self.value_step(&forward.hidden, rows));
+        reinforce_loss(&forward.logp, &minibatch.mask, advantages)
+    }
 }
 // ANCHOR_END: credit_train
 
@@ -336,16 +373,20 @@ mod tests {
         let values = Tensor::from_slice(&[0.0f64, 0.25, 0.5, 0.0, 0.0, 0.75, 0.0, 0.0]).view([1, 8]);
         let cases = [
             // Episode: V(before the first action) for every token.
-            (Credit::Episode, vec![0.0, 0.0, 0.75, 0.75, 0.0, 0.0, 0.75, 0.0], 0.75f64.powi(2)),
+            (Credit::Episode, vec![0.0, 0.0, 0.75, 0.75, 0.0, 0.0, 0.75, 0.0], vec![(1, 1.0)]),
             // Turn: V(before each action) for its tokens.
-            (Credit::Turn, vec![0.0, 0.0, 0.75, 0.75, 0.0, 0.0, 0.25, 0.0], (0.75f64.powi(2) + 0.25f64.powi(2)) / 2.0),
+            (Credit::Turn, vec![0.0, 0.0, 0.75, 0.75, 0.0, 0.0, 0.25, 0.0], vec![(1, 1.0), (5, 1.0)]),
             // Token: V(just before each token).
-            (Credit::Token, vec![0.0, 0.0, 0.75, 0.5, 0.0, 0.0, 0.25, 0.0], (0.75f64.powi(2) + 0.5f64.powi(2) + 0.25f64.powi(2)) / 3.0),
+            (Credit::Token, vec![0.0, 0.0, 0.75, 0.5, 0.0, 0.0, 0.25, 0.0], vec![(1, 1.0), (2, 1.0), (5, 1.0)]),
         ];
-        for (credit, expected, loss) in cases {
-            let (adv, value_loss) = critic_advantages(&values, std::slice::from_ref(&trajectory), credit);
-            assert_eq!(Vec::<f64>::try_from(adv.view([-1])).unwrap(), expected.iter().map(|&x| x as f64).collect::<Vec<_>>(), "{credit:?}");
-            assert!((value_loss.double_value(&[]) - loss).abs() < 1e-6, "{credit:?}");
+        for (credit, expected, targets) in cases {
+            let (adv, episode_targets) = critic_advantages(&values, std::slice::from_ref(&trajectory), credit, 1.0);
+            assert_eq!(Vec::<f64>::try_from(adv.view([-1])).unwrap(), expected, "{credit:?}");
+            assert_eq!(episode_targets, vec![targets], "{credit:?}");
         }
+        // λ = 0 at turn level: the first turn's advantage is the TD error V(s_2) − V(s_1).
+        let (adv, targets) = critic_advantages(&values, std::slice::from_ref(&trajectory), Credit::Turn, 0.0);
+        assert_eq!(Vec::<f64>::try_from(adv.view([-1])).unwrap(), vec![0.0, 0.0, 0.5, 0.5, 0.0, 0.0, 0.25, 0.0]);
+        assert_eq!(targets, vec![vec![(1, 0.75), (5, 1.0)]]);
     }
 }

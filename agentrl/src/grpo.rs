@@ -9,25 +9,16 @@
 //!
 //! Shapes: `B` trajectories, `T` positions, `V` the vocabulary, `G` episodes in a group.
 
-use crate::book::REAL;
 use crate::advantage::{group_advantages, GroupBaseline};
-use crate::gym::Task;
-use crate::pg::{play_groups, success_rate};
-use crate::ppo::{diagnostics, Diagnostics};
-use crate::pretrain::{progress, PlayTime};
-use crate::tinyagent::{KvCache, TinyAgent};
-use crate::tokenizer::Bpe;
-use crate::trajectory::{collate, Batch, Trajectory};
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use crate::book::REAL;
+use crate::pg::{per_token, Algorithm, Forward, Report, Run, Schedule};
+use crate::ppo::{clipped_surrogate, diagnostics, Diagnostics};
+use crate::pretrain::Played;
+use crate::tinyagent::TinyAgent;
+use crate::trajectory::{Batch, Trajectory};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::time::Instant;
-use tch::nn::OptimizerConfig;
-use tch::{nn, Tensor};
+use std::path::Path;
+use tch::Tensor;
 
 // ANCHOR: norm
 /// How the per-token losses of a batch are averaged into one number.
@@ -57,19 +48,12 @@ pub fn aggregate(per_token: &Tensor, mask: &Tensor, norm: LossNorm) -> Tensor {
 // ANCHOR_END: norm
 
 // ANCHOR: loss
-/// The clipped surrogate with its own lower and upper range:
-/// min(ρ A, clip(ρ, 1 − ε_low, 1 + ε_high) A) per token. ε_high > ε_low is clip-higher.
-pub fn clip_range_surrogate(logp: &Tensor, old_logp: &Tensor, advantages: &Tensor, eps_low: f64, eps_high: f64) -> Tensor {
-    let ratio = (logp - old_logp).exp(); // [B, T]
-    let clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high);
-    (&ratio * advantages).minimum(&(clipped * advantages)) // [B, T]
-}
-
-/// The GRPO-family policy loss: one advantage per sequence spread over its
-/// action tokens, the clipped surrogate per token, averaged by `norm`.
+/// The GRPO-family policy loss: Chapter 8's clipped surrogate per token, with
+/// its own lower and upper range (ε_high > ε_low is clip-higher), averaged by
+/// `norm`. The advantages [B, T] hold one number per sequence on its action tokens.
 pub fn grpo_loss(logp: &Tensor, old_logp: &Tensor, advantages: &Tensor, mask: &Tensor, eps: (f64, f64), norm: LossNorm) -> (Tensor, Diagnostics) {
-    // logp, old_logp, mask: [B, T]; advantages: [B]
-    let per_token = clip_range_surrogate(logp, old_logp, &advantages.unsqueeze(1), eps.0, eps.1); // [B, T]
+    // logp, old_logp, advantages, mask: [B, T]
+    let per_token = clipped_surrogate(logp, old_logp, advantages, eps); // [B, T]
     let loss = -aggregate(&per_token, mask, norm);
     (loss, diagnostics(logp, old_logp, mask, 1.0 - eps.0, 1.0 + eps.1))
 }
@@ -176,6 +160,34 @@ impl TrainConfig {
         }
     }
 
+    /// What the training loop is told: the schedule part of the configuration.
+    pub fn schedule(&self) -> Schedule {
+        Schedule {
+            name: self.name.clone(),
+            iterations: self.iterations,
+            tasks: self.tasks,
+            group: self.group,
+            lr: self.lr,
+            lr_end: self.lr_end,
+            epochs: self.epochs,
+            minibatches: self.minibatches,
+            eval_every: self.eval_every,
+            eval_episodes: self.eval_episodes,
+            checkpoint_every: self.checkpoint_every,
+            seed: self.seed,
+        }
+    }
+
+    /// The same configuration under another name and seed.
+    pub fn seeded(&self, seed: u64) -> TrainConfig {
+        TrainConfig { name: format!("{} seed {seed}", self.name), seed, ..self.clone() }
+    }
+
+    /// A run of the training loop with this configuration and `regularizer`.
+    pub fn run(&self, regularizer: Box<dyn Regularizer + Send>) -> Run {
+        (self.schedule(), Box::new(Grpo { config: self.clone(), regularizer }))
+    }
+
     /// The configuration as pretty-printed JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a config serialises")
@@ -210,210 +222,56 @@ pub struct Plain;
 impl Regularizer for Plain {}
 // ANCHOR_END: hook
 
-/// Where one iteration's wall-clock time went, in seconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct StepTime {
-    pub generation: f64,
-    pub environment: f64,
-    pub learning: f64,
+// ANCHOR: algorithm
+/// The GRPO family as an algorithm of the training loop (Chapter 6): group
+/// advantages, the two filters, the clipped loss under a normalisation, and a
+/// regulariser's reward change and loss term.
+pub struct Grpo {
+    pub config: TrainConfig,
+    pub regularizer: Box<dyn Regularizer + Send>,
 }
 
-/// One line of a run's metrics.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TrainRecord {
-    pub iteration: usize,
-    /// Episodes played before this line's evaluation.
-    pub episodes: usize,
-    pub train_success: Option<f64>,
-    pub held_out_success: Option<f64>,
-    /// Groups whose rewards varied, of `tasks`.
-    pub informative_groups: Option<usize>,
-    /// Episodes that got a loss (after both filters).
-    pub trained_episodes: Option<usize>,
-    pub loss: Option<f64>,
-    /// Mean entropy (nats) of the policy at the action tokens it sampled.
-    pub entropy: Option<f64>,
-    /// Of the last minibatch.
-    pub last: Option<Diagnostics>,
-    /// Tokens sampled by the policy this iteration; action tokens trained on
-    /// (over all epochs); all tokens of the trained sequences (one epoch).
-    pub generated_tokens: Option<usize>,
-    pub trained_tokens: Option<usize>,
-    pub sequence_tokens: Option<usize>,
-    pub time: Option<StepTime>,
-    /// What the regulariser reported (last minibatch).
-    pub extra: BTreeMap<String, f64>,
-}
-
-/// The records of a run, read back from its metrics file.
-pub fn read_records(path: &Path) -> Result<Vec<TrainRecord>, String> {
-    let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-    text.lines().map(|line| serde_json::from_str(line).map_err(|err| format!("{}: bad line {line:?}: {err}", path.display()))).collect()
-}
-
-// ANCHOR: logprobs
-/// log π_θ(x_t | x_<t) and the entropy of π_θ(· | x_<t) at the positions
-/// `batch.mask` selects, [B, T] each and 0 elsewhere. The transformer runs on
-/// the whole batch, but the output layer and the softmax over the vocabulary
-/// only on the N action positions (a seventh of the tokens in the gym).
-pub fn logprobs_and_entropy(model: &TinyAgent, batch: &Batch) -> (Tensor, Tensor) {
-    let (b, t) = batch.ids.size2().unwrap();
-    let hidden = model.hidden(&batch.ids, &batch.valid, &mut KvCache::default()); // [B, T, D]
-    let at = batch.mask.narrow(1, 1, t - 1).nonzero(); // [N, 2]: (row, position before an action token)
-    let (rows, before) = (at.select(1, 0), at.select(1, 1)); // [N], [N]
-    let token = &before + 1; // [N]
-    let log_probs = model.head(&hidden.index(&[Some(&rows), Some(&before)])).log_softmax(-1, REAL); // [N, V]
-    let next = batch.ids.index(&[Some(&rows), Some(&token)]).unsqueeze(-1); // [N, 1]
-    let logp = log_probs.gather(-1, &next, false).squeeze_dim(-1); // [N]
-    let entropy = -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, REAL); // [N]
-    let zeros = Tensor::zeros([b, t], (REAL, logp.device()));
-    let place = |values: &Tensor| zeros.index_put(&[Some(&rows), Some(&token)], values, false); // [B, T]
-    (place(&logp), place(&entropy))
-}
-// ANCHOR_END: logprobs
-
-// ANCHOR: train
-/// Train `model` with `config`: each iteration plays a group of episodes on
-/// each of `config.tasks` training tasks (rollout, reward), turns the group's
-/// rewards into advantages, filters, and takes `epochs × minibatches` steps on
-/// the masked clipped loss (update); every `eval_every` iterations it measures
-/// held-out success (eval). Writes `config.json`, `metrics.jsonl` and
-/// checkpoints (`iteration-NNNN.safetensors`, `final.safetensors`) to `run_dir`.
-pub fn train(
-    model: &mut TinyAgent,
-    bpe: &Bpe,
-    tasks: (&[Task], &[Task]),
-    config: &TrainConfig,
-    regularizer: &mut dyn Regularizer,
-    run_dir: &Path,
-) -> Result<Vec<TrainRecord>, String> {
-    let (train_tasks, held_out) = tasks;
-    std::fs::create_dir_all(run_dir).map_err(|err| format!("cannot create {}: {err}", run_dir.display()))?;
-    std::fs::write(run_dir.join("config.json"), config.to_json()).map_err(|err| format!("cannot write the config: {err}"))?;
-    let mut metrics = std::fs::File::create(run_dir.join("metrics.jsonl")).map_err(|err| format!("cannot write metrics: {err}"))?;
-    let mut opt = nn::AdamW::default().build(&model.vs, config.lr).map_err(|err| err.to_string())?;
-    let mut rng = StdRng::seed_from_u64(config.seed);
-    let bar = progress(config.iterations as u64, &config.name);
-    let mut records = Vec::new();
-    for iteration in 0..=config.iterations {
-        let last_line = iteration == config.iterations;
-        let evaluate = iteration % config.eval_every == 0 || last_line;
-        let held_out_success = evaluate.then(|| success_rate(model, bpe, held_out, config.eval_episodes, 1_000 + iteration as u64));
-        let mut record = TrainRecord {
-            iteration,
-            episodes: iteration * config.tasks * config.group,
-            train_success: None,
-            held_out_success,
-            informative_groups: None,
-            trained_episodes: None,
-            loss: None,
-            entropy: None,
-            last: None,
-            generated_tokens: None,
-            trained_tokens: None,
-            sequence_tokens: None,
-            time: None,
-            extra: BTreeMap::new(),
-        };
-        if !last_line {
-            opt.set_lr(config.lr + (config.lr_end - config.lr) * iteration as f64 / config.iterations.max(1) as f64);
-            // Rollout and reward.
-            let (played, PlayTime { generation, environment }) = play_groups(model, bpe, train_tasks, config.tasks, config.group, &mut rng);
-            let learning = Instant::now();
-            let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
-            let raw: Vec<f64> = played.iter().map(|p| p.reward).collect();
-            let mut rewards = raw.clone();
-            record.extra.extend(regularizer.shape_rewards(&trajectories, &mut rewards));
-            // Advantage, one per episode, and the filters.
-            let advantages: Vec<f64> = rewards.chunks(config.group).flat_map(|g| group_advantages(g, config.baseline)).collect();
-            let informative = informative_groups(&raw, config.group);
-            let groups: Vec<usize> = if config.filter_zero_variance { informative.clone() } else { (0..config.tasks).collect() };
-            let mut chosen: Vec<usize> = groups.iter().flat_map(|&g| g * config.group..(g + 1) * config.group).collect();
-            if config.compact_filtering {
-                chosen.retain(|&i| !played[i].info.truncated);
-            }
-            // Masked update.
-            let (mut loss_sum, mut entropy_sum, mut steps, mut trained_tokens) = (0.0, 0.0, 0, 0);
-            for _ in 0..config.epochs {
-                chosen.shuffle(&mut rng);
-                for chunk in chosen.chunks(chosen.len().div_ceil(config.minibatches).max(1)) {
-                    let picked: Vec<Trajectory> = chunk.iter().map(|&i| trajectories[i].clone()).collect();
-                    let batch = collate(&picked, model.device());
-                    let adv: Vec<f64> = chunk.iter().map(|&i| advantages[i] as f64).collect();
-                    let adv = Tensor::from_slice(&adv).to_device(model.device()); // [b]
-                    let (logp, entropy) = logprobs_and_entropy(model, &batch); // [b, T]
-                    let (mut loss, last) = grpo_loss(&logp, &batch.logprobs, &adv, &batch.mask, (config.clip_low, config.clip_high), config.norm);
-                    if let Some((term, numbers)) = regularizer.loss(&batch, &logp, &entropy, &batch.mask, config.norm) {
-                        loss += term;
-                        record.extra.extend(numbers);
-                    }
-                    opt.backward_step(&loss);
-                    let tokens = batch.mask.sum(REAL).double_value(&[]);
-                    entropy_sum += (entropy.detach() * &batch.mask).sum(REAL).double_value(&[]) / tokens.max(1.0);
-                    loss_sum += loss.double_value(&[]);
-                    (steps, trained_tokens, record.last) = (steps + 1, trained_tokens + tokens as usize, Some(last));
-                }
-            }
-            let generated: usize = played.iter().map(|p| p.segments.iter().map(|s| s.logprobs.len()).sum::<usize>()).sum();
-            record.train_success = Some(raw.iter().sum::<f64>() / raw.len() as f64);
-            record.informative_groups = Some(informative.len());
-            record.trained_episodes = Some(chosen.len());
-            record.loss = (steps > 0).then(|| loss_sum / steps as f64);
-            record.entropy = (steps > 0).then(|| entropy_sum / steps as f64);
-            record.generated_tokens = Some(generated);
-            record.trained_tokens = Some(trained_tokens);
-            record.sequence_tokens = Some(chosen.iter().map(|&i| trajectories[i].ids.len()).sum());
-            record.time = Some(StepTime { generation, environment, learning: learning.elapsed().as_secs_f64() });
-            if config.checkpoint_every > 0 && (iteration + 1) % config.checkpoint_every == 0 {
-                model.save(&run_dir.join(format!("iteration-{:04}.safetensors", iteration + 1)))?;
-            }
-            bar.inc(1);
-        }
-        writeln!(metrics, "{}", serde_json::to_string(&record).map_err(|err| err.to_string())?).map_err(|err| format!("cannot write metrics: {err}"))?;
-        records.push(record);
+impl Algorithm for Grpo {
+    fn rewards(&mut self, played: &[Played], trajectories: &[Trajectory], report: &mut Report) -> Vec<f64> {
+        let mut rewards: Vec<f64> = played.iter().map(|p| p.reward).collect();
+        report.extend(self.regularizer.shape_rewards(trajectories, &mut rewards));
+        rewards
     }
-    model.save(&run_dir.join("final.safetensors"))?;
-    bar.finish_and_clear();
-    Ok(records)
-}
-// ANCHOR_END: train
 
-// ANCHOR: parallel
-/// A run to make: its configuration and its regulariser.
-pub type Run = (TrainConfig, Box<dyn Regularizer + Send>);
+    fn advantages(&mut self, _model: &TinyAgent, _trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, _report: &mut Report) -> Tensor {
+        let advantages: Vec<f64> = rewards.chunks(group).flat_map(|g| group_advantages(g, self.config.baseline)).collect();
+        per_token(&advantages, &rollout.mask) // [N, T]
+    }
 
-/// Plain runs of several configurations.
-pub fn plain_runs(configs: &[TrainConfig]) -> Vec<Run> {
-    configs.iter().map(|config| (config.clone(), Box::new(Plain) as Box<dyn Regularizer + Send>)).collect()
-}
-
-/// Train a fresh copy of the base model for each run, `threads` runs at a
-/// time. Each run is single-threaded inside libtorch and has its own seeds,
-/// so two at a time use two cores and print what one after the other would.
-/// Run `name` writes to `root/name` (spaces and dots become `_`).
-pub fn train_from_base(gym: &crate::gym::Gym, runs: Vec<Run>, threads: usize, root: &Path) -> Vec<Result<Vec<TrainRecord>, String>> {
-    crate::pretrain::base_model(&gym.train); // on disk before the threads load it
-    let count = runs.len();
-    let queue = std::sync::Mutex::new(runs.into_iter().enumerate().rev().collect::<Vec<_>>()); // popped in order
-    let results = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.max(1) {
-            scope.spawn(|| loop {
-                let next = queue.lock().expect("the queue").pop();
-                let Some((i, (config, mut regularizer))) = next else { break };
-                let (bpe, mut model) = crate::pretrain::base_model(&gym.train);
-                let dir: PathBuf = root.join(config.name.replace([' ', '.'], "_"));
-                let outcome = train(&mut model, &bpe, (&gym.train, &gym.held_out), &config, regularizer.as_mut(), &dir);
-                results.lock().expect("the results").push((i, outcome));
-            });
+    fn keep(&mut self, played: &[Played], group: usize, report: &mut Report) -> Vec<usize> {
+        let raw: Vec<f64> = played.iter().map(|p| p.reward).collect();
+        let informative = informative_groups(&raw, group);
+        report.insert("informative_groups".into(), informative.len() as f64);
+        let groups: Vec<usize> = if self.config.filter_zero_variance { informative } else { (0..raw.len() / group).collect() };
+        let mut chosen: Vec<usize> = groups.iter().flat_map(|&g| g * group..(g + 1) * group).collect();
+        if self.config.compact_filtering {
+            chosen.retain(|&i| !played[i].info.truncated);
         }
-    });
-    let mut results = results.into_inner().expect("the results");
-    assert_eq!(results.len(), count, "a run did not finish");
-    results.sort_by_key(|(i, _)| *i);
-    results.into_iter().map(|(_, outcome)| outcome).collect()
+        chosen
+    }
+
+    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, _rows: &[usize], report: &mut Report) -> Tensor {
+        let eps = (self.config.clip_low, self.config.clip_high);
+        let (mut loss, diagnostics) = grpo_loss(&forward.logp, &minibatch.logprobs, advantages, &minibatch.mask, eps, self.config.norm);
+        diagnostics.report(report);
+        if let Some((term, numbers)) = self.regularizer.loss(minibatch, &forward.logp, &forward.entropy, &minibatch.mask, self.config.norm) {
+            loss += term;
+            report.extend(numbers);
+        }
+        loss
+    }
 }
-// ANCHOR_END: parallel
+
+/// Plain runs (no regulariser) of several configurations.
+pub fn plain_runs(configs: &[TrainConfig]) -> Vec<Run> {
+    configs.iter().map(|config| config.run(Box::new(Plain))).collect()
+}
+// ANCHOR_END: algorithm
 
 #[cfg(test)]
 mod tests {
@@ -424,7 +282,7 @@ mod tests {
     fn token_weights(norm: LossNorm) -> Vec<f64> {
         let logp = Tensor::zeros([2, 8], (REAL, tch::Device::Cpu)).set_requires_grad(true);
         let mask = Tensor::from_slice(&[0f64, 1., 1., 0., 0., 0., 0., 0., 0., 1., 1., 1., 1., 1., 1., 0.]).view([2, 8]);
-        let advantages = Tensor::from_slice(&[1f64, -1.]);
+        let advantages = per_token(&[1.0, -1.0], &mask);
         let (loss, _) = grpo_loss(&logp, &logp.detach(), &advantages, &mask, (0.2, 0.2), norm);
         loss.backward();
         Vec::<f64>::try_from(logp.grad().view([-1])).unwrap()
@@ -453,7 +311,7 @@ mod tests {
     fn clip_higher_lets_good_tokens_rise_further_than_bad_ones_fall() {
         let slope = |ratio: f64, advantage: f64| -> f64 {
             let logp = Tensor::from_slice(&[ratio.ln() as f64]).set_requires_grad(true);
-            clip_range_surrogate(&logp, &Tensor::from_slice(&[0f64]), &Tensor::from_slice(&[advantage as f64]), 0.2, 0.28).sum(REAL).backward();
+            clipped_surrogate(&logp, &Tensor::from_slice(&[0f64]), &Tensor::from_slice(&[advantage as f64]), (0.2, 0.28)).sum(REAL).backward();
             logp.grad().double_value(&[0])
         };
         // A > 0: still pushed at ρ = 1.25 (a symmetric 0.2 clip would stop at 1.2), not at 1.3.
@@ -462,13 +320,6 @@ mod tests {
         // A < 0: the lower edge is unchanged at 0.8.
         assert!(slope(0.85, -1.0) < 0.0);
         assert_eq!(slope(0.75, -1.0), 0.0);
-        // With ε_low = ε_high it is Chapter 8's surrogate.
-        let logp = Tensor::from_slice(&[-0.5f64, 0.1, 0.3, -0.05]);
-        let old = Tensor::zeros([4], (REAL, tch::Device::Cpu));
-        let adv = Tensor::from_slice(&[1f64, -1., 0.5, -2.]);
-        let ours = clip_range_surrogate(&logp, &old, &adv, 0.2, 0.2);
-        let ppo = crate::ppo::clipped_surrogate(&logp, &old, &adv, 0.2);
-        assert_eq!(Vec::<f64>::try_from(ours).unwrap(), Vec::<f64>::try_from(ppo).unwrap());
     }
 
     #[test]
@@ -494,21 +345,5 @@ mod tests {
         let err = TrainConfig::load(&dir.join("bad.json")).unwrap_err();
         assert!(err.contains("is not a training config"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn logprobs_and_entropy_agree_with_the_model_and_chapter_3() {
-        let _turn = crate::book::seeded(0);
-        let config = crate::tinyagent::Config { vocab: 32, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 };
-        let model = TinyAgent::new(config, tch::Device::Cpu);
-        use crate::episode::Owner;
-        let trajectory = Trajectory { task: 0, ids: vec![3, 5, 7, 2, 9, 4], owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy], logprobs: vec![0.0; 6], reward: 1.0, info: Default::default() };
-        let batch = collate(&[trajectory], tch::Device::Cpu);
-        let (logp, entropy) = logprobs_and_entropy(&model, &batch);
-        let expected = crate::trajectory::policy_logprobs(&model, &batch) * &batch.mask;
-        assert!((logp - expected).abs().max().double_value(&[]) < 1e-6);
-        let logits = model.logits(&batch.ids, &batch.valid); // [1, 6, V]
-        let h = Tensor::cat(&[Tensor::zeros([1, 1], (REAL, tch::Device::Cpu)), crate::tinyagent::entropy(&logits.narrow(1, 0, 5))], 1); // [1, 6]
-        assert!((entropy - h * &batch.mask).abs().max().double_value(&[]) < 1e-6);
     }
 }

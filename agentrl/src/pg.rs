@@ -10,14 +10,18 @@ use crate::agent::LmPolicy;
 use crate::gym::Task;
 use crate::mdp::{evaluate_policy, sample_episode, Mdp, Policy};
 use crate::pretrain::{play, play_timed, progress, PlayTime, Played};
-use crate::tinyagent::{Sampling, TinyAgent};
+use crate::stats::Streams;
+use crate::tinyagent::{KvCache, Sampling, TinyAgent};
 use crate::tokenizer::Bpe;
-use crate::trajectory::{collate, policy_logprobs, Batch, Trajectory};
+use crate::trajectory::{collate, Batch, Trajectory};
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 use tch::nn::OptimizerConfig;
 use tch::{nn, Kind, Tensor};
 
@@ -119,139 +123,334 @@ pub fn tabular_reinforce(mdp: &Mdp, start: usize, gamma: f64, lr: f64, batch: us
 // ANCHOR_END: tabular
 
 // ANCHOR: loss
-/// REINFORCE for a language model, per token: the episode's return R_b
+/// REINFORCE for a language model, per token: the weight A_{b,t} (the
+/// episode's return in this chapter, an advantage from Chapter 7 on)
 /// multiplies the log-prob of every token the policy sampled, and nothing
 /// else; the mean is over the batch's action tokens.
 ///
-/// loss = −Σ_{b,t} m_{b,t} R_b log π_θ(x_{b,t} | x_{b,<t}) / Σ_{b,t} m_{b,t}
-pub fn reinforce_loss(logp: &Tensor, mask: &Tensor, returns: &Tensor) -> Tensor {
-    // logp, mask: [B, T]; returns: [B]
-    let weighted = logp * mask * returns.unsqueeze(1); // [B, T]
+/// loss = −Σ_{b,t} m_{b,t} A_{b,t} log π_θ(x_{b,t} | x_{b,<t}) / Σ_{b,t} m_{b,t}
+pub fn reinforce_loss(logp: &Tensor, mask: &Tensor, weights: &Tensor) -> Tensor {
+    // logp, mask, weights: [B, T]
+    let weighted = logp * mask * weights; // [B, T]
     -weighted.sum(REAL) / mask.sum(REAL).clamp_min(1.0)
+}
+
+/// One number per episode, `values` [B], spread over its action tokens: [B, T].
+pub fn per_token(values: &[f64], mask: &Tensor) -> Tensor {
+    Tensor::from_slice(values).to_device(mask.device()).unsqueeze(1) * mask // [B, T]
 }
 // ANCHOR_END: loss
 
+// ANCHOR: algorithm
+/// Named numbers an algorithm reports for the metrics.
+pub type Report = BTreeMap<String, f64>;
+
+/// One forward pass over a minibatch: log π_θ and the entropy of π_θ at the
+/// action tokens ([B, T], 0 elsewhere) and the final hidden states [B, T, D].
+pub struct Forward {
+    pub logp: Tensor,
+    pub entropy: Tensor,
+    pub hidden: Tensor,
+}
+
+/// The parts of the training loop that an algorithm chooses. The loop plays
+/// the episodes, calls these in order, steps the optimiser and evaluates.
+pub trait Algorithm {
+    /// The reward of each episode (default: the environment's).
+    fn rewards(&mut self, played: &[Played], _trajectories: &[Trajectory], _report: &mut Report) -> Vec<f64> {
+        played.iter().map(|p| p.reward).collect()
+    }
+    /// The advantage of every action token of the iteration's episodes,
+    /// [N, T] for `rollout` (all N episodes, groups of `group` consecutive),
+    /// computed once, before any update.
+    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, report: &mut Report) -> Tensor;
+    /// The episodes that get a loss (default: all).
+    fn keep(&mut self, played: &[Played], _group: usize, _report: &mut Report) -> Vec<usize> {
+        (0..played.len()).collect()
+    }
+    /// The loss of one minibatch, the episodes `rows` of the iteration, with
+    /// their advantages [b, T].
+    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor;
+}
+
+/// REINFORCE: each episode's weight comes from the rewards of its group
+/// through `returns` (the rewards themselves here; Chapter 7's baselines).
+pub struct Reinforce {
+    pub returns: Box<dyn Fn(&[f64]) -> Vec<f64> + Send>,
+}
+
+impl Reinforce {
+    /// Plain REINFORCE: the reward is the return.
+    pub fn plain() -> Reinforce {
+        Reinforce::with(|group| group.to_vec())
+    }
+
+    /// REINFORCE with the group's rewards mapped to weights by `returns`.
+    pub fn with(returns: impl Fn(&[f64]) -> Vec<f64> + Send + 'static) -> Reinforce {
+        Reinforce { returns: Box::new(returns) }
+    }
+}
+
+impl Algorithm for Reinforce {
+    fn advantages(&mut self, _model: &TinyAgent, _trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, _report: &mut Report) -> Tensor {
+        let weights: Vec<f64> = rewards.chunks(group).flat_map(|g| (self.returns)(g)).collect();
+        per_token(&weights, &rollout.mask) // [N, T]
+    }
+
+    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, _rows: &[usize], _report: &mut Report) -> Tensor {
+        reinforce_loss(&forward.logp, &minibatch.mask, advantages)
+    }
+}
+// ANCHOR_END: algorithm
+
+// ANCHOR: forward
+/// log π_θ(x_t | x_<t) and the entropy of π_θ(· | x_<t) at the positions
+/// `batch.mask` selects, [B, T] each and 0 elsewhere. The transformer runs on
+/// the whole batch, but the output layer and the softmax over the vocabulary
+/// only on the N action positions (a seventh of the tokens in the gym).
+pub fn forward(model: &TinyAgent, batch: &Batch) -> Forward {
+    let (b, t) = batch.ids.size2().unwrap();
+    let hidden = model.hidden(&batch.ids, &batch.valid, &mut KvCache::default()); // [B, T, D]
+    let at = batch.mask.narrow(1, 1, t - 1).nonzero(); // [N, 2]: (row, position before an action token)
+    let (rows, before) = (at.select(1, 0), at.select(1, 1)); // [N], [N]
+    let token = &before + 1; // [N]
+    let log_probs = model.head(&hidden.index(&[Some(&rows), Some(&before)])).log_softmax(-1, REAL); // [N, V]
+    let next = batch.ids.index(&[Some(&rows), Some(&token)]).unsqueeze(-1); // [N, 1]
+    let logp = log_probs.gather(-1, &next, false).squeeze_dim(-1); // [N]
+    let entropy = -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, REAL); // [N]
+    let zeros = Tensor::zeros([b, t], (REAL, logp.device()));
+    let place = |values: &Tensor| zeros.index_put(&[Some(&rows), Some(&token)], values, false); // [B, T]
+    Forward { logp: place(&logp), entropy: place(&entropy), hidden }
+}
+// ANCHOR_END: forward
+
 // ANCHOR: train
-/// Settings of a REINFORCE run in the gym.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PgConfig {
+/// What every run of the loop is told, whatever its algorithm: how much to
+/// play, how to step, when to evaluate and save. Written next to the metrics.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    /// A name for tables, figures and the run's folder.
+    pub name: String,
     pub iterations: usize,
-    /// Tasks drawn per iteration, and episodes played on each.
+    /// Tasks drawn per iteration, and episodes (a group) played on each.
     pub tasks: usize,
-    pub episodes: usize,
+    pub group: usize,
+    /// The learning rate of the first iteration and of the last, linear in between.
     pub lr: f64,
-    /// Evaluate on the held-out tasks every this many iterations.
+    pub lr_end: f64,
+    /// Passes over each iteration's episodes, and minibatches (optimiser steps) per pass.
+    pub epochs: usize,
+    pub minibatches: usize,
+    /// Evaluate every this many iterations (and after the last), with this many episodes per held-out task.
     pub eval_every: usize,
+    pub eval_episodes: usize,
+    /// Save the weights every this many iterations (0: only at the end).
+    pub checkpoint_every: usize,
     pub seed: u64,
 }
 
-/// One line of the run's metrics.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PgRecord {
+impl Schedule {
+    /// Chapter 6's REINFORCE run: 24 iterations of 16 tasks × 4 episodes, one
+    /// AdamW step each at 10⁻³; 2 episodes per held-out task every 4 iterations.
+    pub fn reinforce() -> Schedule {
+        Schedule {
+            name: "REINFORCE".into(),
+            iterations: 24,
+            tasks: 16,
+            group: 4,
+            lr: 1e-3,
+            lr_end: 1e-3,
+            epochs: 1,
+            minibatches: 1,
+            eval_every: 4,
+            eval_episodes: 2,
+            checkpoint_every: 0,
+            seed: 0,
+        }
+    }
+
+    /// The same schedule under another name and seed.
+    pub fn seeded(&self, seed: u64) -> Schedule {
+        Schedule { name: format!("{} seed {seed}", self.name), seed, ..self.clone() }
+    }
+}
+
+/// Where one iteration's wall-clock time went, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepTime {
+    pub generation: f64,
+    pub environment: f64,
+    pub learning: f64,
+}
+
+/// One line of a run's metrics.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrainRecord {
     pub iteration: usize,
-    /// Success of the episodes played for this iteration's update (none after the last update).
+    /// Episodes played before this line's evaluation.
+    pub episodes: usize,
+    /// The training tasks drawn, one per group.
+    pub tasks: Option<Vec<usize>>,
     pub train_success: Option<f64>,
-    /// Success on the held-out tasks (two sampled episodes each), when evaluated.
+    /// Success on the held-out tasks, when evaluated.
     pub held_out_success: Option<f64>,
+    /// Episodes that got a loss.
+    pub trained_episodes: Option<usize>,
+    /// Mean over the iteration's minibatches.
     pub loss: Option<f64>,
-    pub action_tokens: usize,
+    /// Mean entropy (nats) of the policy at the action tokens it sampled.
+    pub entropy: Option<f64>,
+    /// Tokens sampled by the policy; action tokens trained on (over all
+    /// epochs); all tokens of the trained sequences (one epoch).
+    pub generated_tokens: Option<usize>,
+    pub trained_tokens: Option<usize>,
+    pub sequence_tokens: Option<usize>,
+    pub time: Option<StepTime>,
+    /// What the algorithm reported (last minibatch for per-step numbers).
+    pub extra: Report,
 }
 
-/// The records of a run, read back from its metrics file.
-pub fn read_metrics(path: &Path) -> Result<Vec<PgRecord>, String> {
-    let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-    text.lines().map(|line| serde_json::from_str(line).map_err(|err| format!("{}: bad line {line:?}: {err}", path.display()))).collect()
-}
-
-/// One iteration's episodes: `episodes` episodes (a group) on each of `tasks`
-/// training tasks drawn at random, groups consecutive; and where the time went.
-pub fn play_groups(model: &TinyAgent, bpe: &Bpe, train: &[Task], tasks: usize, episodes: usize, rng: &mut StdRng) -> (Vec<Played>, PlayTime) {
-    let picks: Vec<usize> = (0..tasks).map(|_| rng.random_range(0..train.len())).flat_map(|t| std::iter::repeat_n(t, episodes)).collect();
-    let policy = LmPolicy { model, bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
-    play_timed(&policy, train, &picks, crate::gym::MAX_TURNS, rng)
+/// The training tasks of one iteration: `tasks` draws from `n` tasks, each
+/// repeated `group` times (groups consecutive).
+pub fn draw_tasks(n: usize, tasks: usize, group: usize, rng: &mut StdRng) -> Vec<usize> {
+    (0..tasks).map(|_| rng.random_range(0..n)).flat_map(|t| std::iter::repeat_n(t, group)).collect()
 }
 
 /// The held-out success of `model`: `per_task` sampled episodes on each task.
-pub fn success_rate(model: &TinyAgent, bpe: &Bpe, tasks: &[Task], per_task: usize, seed: u64) -> f64 {
+pub fn success_rate(model: &TinyAgent, bpe: &Bpe, tasks: &[Task], per_task: usize, rng: &mut StdRng) -> f64 {
     let policy = LmPolicy { model, bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
     let which: Vec<usize> = (0..tasks.len()).flat_map(|t| std::iter::repeat_n(t, per_task)).collect();
-    let played = play(&policy, tasks, &which, crate::gym::MAX_TURNS, &mut StdRng::seed_from_u64(seed));
+    let played = play(&policy, tasks, &which, crate::gym::MAX_TURNS, rng);
     played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64
 }
 
-/// The episodes' own rewards as their returns: plain REINFORCE.
-pub fn rewards_as_returns(group: &[f64]) -> Vec<f64> {
-    group.to_vec()
-}
-
-/// REINFORCE in the gym: each iteration plays `episodes` episodes on each of
-/// `tasks` random training tasks, and takes one AdamW step on the masked
-/// token-level loss. `returns` maps the rewards of the episodes of one task
-/// (a group) to the weights of their tokens: `rewards_as_returns` here,
-/// baselines in Chapter 7. Metrics are written to `metrics` as JSON lines.
-pub fn train_reinforce(
-    model: &mut TinyAgent,
-    bpe: &Bpe,
-    train: &[Task],
-    held_out: &[Task],
-    config: &PgConfig,
-    returns: fn(&[f64]) -> Vec<f64>,
-    metrics: &Path,
-) -> Vec<PgRecord> {
-    reinforce_loop(model, bpe, (train, held_out), config, "REINFORCE", metrics, &mut |model, trajectories, batch| {
-        let rewards: Vec<f64> = trajectories.iter().map(|t| t.reward).collect();
-        let weights: Vec<f64> = rewards.chunks(config.episodes).flat_map(returns).map(|w| w as f64).collect();
-        let weights = Tensor::from_slice(&weights).to_device(model.device()); // [B]
-        reinforce_loss(&policy_logprobs(model, batch), &batch.mask, &weights)
-    })
-}
-
-/// The loop of every one-step-per-batch policy gradient in the book: every
-/// `eval_every` iterations the held-out success; each iteration a batch of
-/// groups, and one AdamW step on the loss `loss_of` computes from it.
-pub fn reinforce_loop(
+/// The book's one training loop. Each iteration plays a group of episodes on
+/// each of `schedule.tasks` training tasks (rollout), asks `algorithm` for
+/// rewards, advantages and the episodes to keep, and takes `epochs ×
+/// minibatches` AdamW steps on its loss (update); every `eval_every`
+/// iterations it measures held-out success (evaluation). Tasks, sampling,
+/// minibatch order and evaluation each draw from their own stream of the
+/// seed. Writes `schedule.json`, `metrics.jsonl` and `final.safetensors`
+/// (and checkpoints `iteration-NNNN.safetensors`) to `run_dir`.
+pub fn train(
     model: &mut TinyAgent,
     bpe: &Bpe,
     tasks: (&[Task], &[Task]),
-    config: &PgConfig,
-    what: &str,
-    metrics: &Path,
-    loss_of: &mut dyn FnMut(&TinyAgent, &[Trajectory], &Batch) -> Tensor,
-) -> Vec<PgRecord> {
-    let (train, held_out) = tasks;
-    let mut opt = nn::AdamW::default().build(&model.vs, config.lr).expect("an optimiser for the model");
-    let mut rng = StdRng::seed_from_u64(config.seed);
-    let bar = progress(config.iterations as u64, what);
+    schedule: &Schedule,
+    algorithm: &mut dyn Algorithm,
+    run_dir: &Path,
+) -> Result<Vec<TrainRecord>, String> {
+    let (train_tasks, held_out) = tasks;
+    let streams = Streams::new(schedule.seed);
+    let device = model.device();
+    std::fs::create_dir_all(run_dir).map_err(|err| format!("cannot create {}: {err}", run_dir.display()))?;
+    let json = serde_json::to_string_pretty(schedule).map_err(|err| err.to_string())?;
+    std::fs::write(run_dir.join("schedule.json"), json).map_err(|err| format!("cannot write the schedule: {err}"))?;
+    let mut metrics = std::fs::File::create(run_dir.join("metrics.jsonl")).map_err(|err| format!("cannot write metrics: {err}"))?;
+    let mut opt = nn::AdamW::default().build(&model.vs, schedule.lr).map_err(|err| err.to_string())?;
+    let bar = progress(schedule.iterations as u64, &schedule.name);
     let mut records = Vec::new();
-    for iteration in 0..=config.iterations {
-        let held_out_success = (iteration % config.eval_every == 0).then(|| success_rate(model, bpe, held_out, 2, 1_000 + iteration as u64));
-        if iteration == config.iterations {
-            records.push(PgRecord { iteration, train_success: None, held_out_success, loss: None, action_tokens: 0 });
-            break;
+    for iteration in 0..=schedule.iterations {
+        let last_line = iteration == schedule.iterations;
+        let evaluate = iteration % schedule.eval_every == 0 || last_line;
+        let held_out_success = evaluate.then(|| success_rate(model, bpe, held_out, schedule.eval_episodes, &mut streams.evaluation(iteration)));
+        let mut record = TrainRecord { iteration, episodes: iteration * schedule.tasks * schedule.group, held_out_success, ..TrainRecord::default() };
+        if !last_line {
+            opt.set_lr(schedule.lr + (schedule.lr_end - schedule.lr) * iteration as f64 / schedule.iterations.max(1) as f64);
+            // Rollout: which tasks and which tokens come from separate streams.
+            let picks = draw_tasks(train_tasks.len(), schedule.tasks, schedule.group, &mut streams.tasks(iteration));
+            let policy = LmPolicy { model, bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
+            let (played, PlayTime { generation, environment }) = play_timed(&policy, train_tasks, &picks, crate::gym::MAX_TURNS, &mut streams.sampling(iteration));
+            let learning = Instant::now();
+            let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
+            // Reward, advantage (once per rollout), and the episodes that get a loss.
+            let rewards = algorithm.rewards(&played, &trajectories, &mut record.extra);
+            let rollout = collate(&trajectories, device);
+            let advantages = algorithm.advantages(model, &trajectories, &rollout, &rewards, schedule.group, &mut record.extra); // [N, T]
+            let mut chosen = algorithm.keep(&played, schedule.group, &mut record.extra);
+            // Update: epochs × minibatches steps on the masked loss.
+            let (mut shuffle, mut loss_sum, mut entropy_sum, mut steps, mut trained_tokens) = (streams.shuffle(iteration), 0.0, 0.0, 0, 0);
+            for _ in 0..schedule.epochs {
+                chosen.shuffle(&mut shuffle);
+                for rows in chosen.chunks(chosen.len().div_ceil(schedule.minibatches).max(1)) {
+                    let picked: Vec<Trajectory> = rows.iter().map(|&i| trajectories[i].clone()).collect();
+                    let minibatch = collate(&picked, device);
+                    let index = Tensor::from_slice(&rows.iter().map(|&i| i as i64).collect::<Vec<_>>()).to_device(device);
+                    let adv = advantages.index_select(0, &index).narrow(1, 0, minibatch.ids.size()[1]); // [b, T]
+                    let forward = forward(model, &minibatch);
+                    let loss = algorithm.loss(&forward, &minibatch, &adv, rows, &mut record.extra);
+                    opt.backward_step(&loss);
+                    let tokens = minibatch.mask.sum(REAL).double_value(&[]);
+                    entropy_sum += (forward.entropy.detach() * &minibatch.mask).sum(REAL).double_value(&[]) / tokens.max(1.0);
+                    loss_sum += loss.double_value(&[]);
+                    (steps, trained_tokens) = (steps + 1, trained_tokens + tokens as usize);
+                }
+            }
+            record.tasks = Some(picks.iter().step_by(schedule.group.max(1)).copied().collect());
+            record.train_success = Some(played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64);
+            record.trained_episodes = Some(chosen.len());
+            record.loss = (steps > 0).then(|| loss_sum / steps as f64);
+            record.entropy = (steps > 0).then(|| entropy_sum / steps as f64);
+            record.generated_tokens = Some(played.iter().map(|p| p.segments.iter().map(|s| s.logprobs.len()).sum::<usize>()).sum());
+            record.trained_tokens = Some(trained_tokens);
+            record.sequence_tokens = Some(chosen.iter().map(|&i| trajectories[i].ids.len()).sum());
+            record.time = Some(StepTime { generation, environment, learning: learning.elapsed().as_secs_f64() });
+            if schedule.checkpoint_every > 0 && (iteration + 1) % schedule.checkpoint_every == 0 {
+                model.save(&run_dir.join(format!("iteration-{:04}.safetensors", iteration + 1)))?;
+            }
+            bar.inc(1);
         }
-        let (played, _) = play_groups(model, bpe, train, config.tasks, config.episodes, &mut rng);
-        let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
-        let batch = collate(&trajectories, model.device());
-        let loss = loss_of(model, &trajectories, &batch);
-        opt.backward_step(&loss);
-        let train_success = played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64;
-        let action_tokens = batch.mask.sum(REAL).double_value(&[]) as usize;
-        records.push(PgRecord { iteration, train_success: Some(train_success), held_out_success, loss: Some(loss.double_value(&[])), action_tokens });
-        bar.inc(1);
+        writeln!(metrics, "{}", serde_json::to_string(&record).map_err(|err| err.to_string())?).map_err(|err| format!("cannot write metrics: {err}"))?;
+        records.push(record);
     }
+    model.save(&run_dir.join("final.safetensors"))?;
     bar.finish_and_clear();
-    write_metrics(&records, metrics);
-    records
+    Ok(records)
 }
 
-/// Write `records` to `path` as JSON lines.
-pub fn write_metrics(records: &[PgRecord], path: &Path) {
-    let mut file = std::fs::File::create(path).unwrap_or_else(|err| panic!("cannot write {}: {err}", path.display()));
-    for record in records {
-        writeln!(file, "{}", serde_json::to_string(record).expect("a record serialises")).expect("metrics written");
-    }
+/// The records of a run, read back from its metrics file.
+pub fn read_records(path: &Path) -> Result<Vec<TrainRecord>, String> {
+    let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    text.lines().map(|line| serde_json::from_str(line).map_err(|err| format!("{}: bad line {line:?}: {err}", path.display()))).collect()
 }
 // ANCHOR_END: train
+
+// ANCHOR: parallel
+/// A run to make: its schedule and its algorithm.
+pub type Run = (Schedule, Box<dyn Algorithm + Send>);
+
+/// Train a fresh copy of the base model for each run, `threads` runs at a
+/// time. Each run is single-threaded inside libtorch and has its own streams,
+/// so two at a time use two cores and print what one after the other would.
+/// Run `name` writes to `root/name` (spaces and dots become `_`).
+pub fn train_from_base(gym: &crate::gym::Gym, runs: Vec<Run>, threads: usize, root: &Path) -> Vec<Vec<TrainRecord>> {
+    crate::pretrain::base_model(&gym.train); // on disk before the threads load it
+    let count = runs.len();
+    let queue = std::sync::Mutex::new(runs.into_iter().enumerate().rev().collect::<Vec<_>>()); // popped in order
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| loop {
+                let next = queue.lock().expect("the queue").pop();
+                let Some((i, (schedule, mut algorithm))) = next else { break };
+                let (bpe, mut model) = crate::pretrain::base_model(&gym.train);
+                let dir: PathBuf = root.join(schedule.name.replace([' ', '.'], "_"));
+                let outcome = train(&mut model, &bpe, (&gym.train, &gym.held_out), &schedule, algorithm.as_mut(), &dir);
+                results.lock().expect("the results").push((i, outcome.unwrap_or_else(|err| panic!("run {}: {err}", schedule.name))));
+            });
+        }
+    });
+    let mut results = results.into_inner().expect("the results");
+    assert_eq!(results.len(), count, "a run did not finish");
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, records)| records).collect()
+}
+
+/// The held-out success of every run at `iteration`.
+pub fn held_out_at(runs: &[Vec<TrainRecord>], iteration: usize) -> Vec<f64> {
+    runs.iter().map(|run| run[iteration].held_out_success.expect("an evaluation at that iteration")).collect()
+}
+// ANCHOR_END: parallel
 
 #[cfg(test)]
 mod tests {
@@ -297,12 +496,78 @@ mod tests {
     fn the_masked_loss_gives_tool_tokens_no_gradient() {
         let logp = Tensor::from_slice(&[-1.0f64, -2.0, -0.5, -0.1, -3.0, -0.2, -0.7, -1.5]).view([2, 4]).set_requires_grad(true);
         let mask = Tensor::from_slice(&[0.0f64, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]).view([2, 4]);
-        let returns = Tensor::from_slice(&[1.0f64, 0.5]);
-        reinforce_loss(&logp, &mask, &returns).backward();
+        let weights = per_token(&[1.0, 0.5], &mask);
+        reinforce_loss(&logp, &mask, &weights).backward();
         let grad = Vec::<f64>::try_from(logp.grad().view([-1])).unwrap();
         let expected = [0.0, -1.0 / 3.0, -1.0 / 3.0, 0.0, 0.0, 0.0, -0.5 / 3.0, 0.0];
         for (g, e) in grad.iter().zip(expected) {
             assert!((g - e).abs() < 1e-7, "{grad:?}");
         }
+    }
+
+    #[test]
+    fn forward_agrees_with_the_model_and_chapter_3() {
+        let _turn = crate::book::seeded(0);
+        let config = crate::tinyagent::Config { vocab: 32, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 };
+        let model = TinyAgent::new(config, tch::Device::Cpu);
+        use crate::episode::Owner;
+        let trajectory = Trajectory { task: 0, ids: vec![3, 5, 7, 2, 9, 4], owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy], logprobs: vec![0.0; 6], reward: 1.0, info: Default::default() };
+        let batch = collate(&[trajectory], tch::Device::Cpu);
+        let Forward { logp, entropy, hidden } = forward(&model, &batch);
+        let expected = crate::trajectory::policy_logprobs(&model, &batch) * &batch.mask;
+        assert!((logp - expected).abs().max().double_value(&[]) < 1e-6);
+        let logits = model.logits(&batch.ids, &batch.valid); // [1, 6, V]
+        let h = Tensor::cat(&[Tensor::zeros([1, 1], (REAL, tch::Device::Cpu)), crate::tinyagent::entropy(&logits.narrow(1, 0, 5))], 1); // [1, 6]
+        assert!((entropy - h * &batch.mask).abs().max().double_value(&[]) < 1e-6);
+        assert_eq!(hidden.size(), vec![1, 6, 16]);
+    }
+
+    /// An algorithm that shuffles its own way: it keeps only the first half of each group.
+    struct HalfGroups;
+    impl Algorithm for HalfGroups {
+        fn advantages(&mut self, _model: &TinyAgent, _trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], _group: usize, _report: &mut Report) -> Tensor {
+            per_token(&rewards.iter().map(|r| r - 0.5).collect::<Vec<_>>(), &rollout.mask)
+        }
+        fn keep(&mut self, played: &[Played], group: usize, _report: &mut Report) -> Vec<usize> {
+            (0..played.len()).filter(|i| i % group < group / 2).collect()
+        }
+        fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, _rows: &[usize], _report: &mut Report) -> Tensor {
+            reinforce_loss(&forward.logp, &minibatch.mask, advantages)
+        }
+    }
+
+    #[test]
+    fn two_variants_with_one_seed_draw_the_same_tasks_and_are_evaluated_on_the_same_episodes() {
+        use crate::gym::Gym;
+        use crate::pretrain::corpus;
+        use crate::tokenizer::render;
+        let gym = Gym::standard();
+        let (train_tasks, held_out) = (&gym.train[..12], &gym.held_out[..3]);
+        let transcripts = corpus(train_tasks, 20, 0);
+        let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), 400).unwrap();
+        let fresh = || {
+            let _turn = crate::book::seeded(0);
+            TinyAgent::new(crate::tinyagent::Config { vocab: bpe.vocab_size() as i64, n_ctx: 768, d_model: 16, n_layer: 1, n_head: 2 }, tch::Device::Cpu)
+        };
+        let root = std::env::temp_dir().join(format!("agentrl-streams-{}", std::process::id()));
+        let a = Schedule { name: "a".into(), iterations: 3, tasks: 3, group: 2, lr: 1e-2, lr_end: 1e-2, eval_every: 1, eval_episodes: 1, seed: 5, ..Schedule::reinforce() };
+        // Another algorithm, step size and update shape; and a learning rate of 0, so its model stays the initial one.
+        let b = Schedule { name: "b".into(), lr: 0.0, lr_end: 0.0, epochs: 2, minibatches: 2, ..a.clone() };
+        let run_a = train(&mut fresh(), &bpe, (train_tasks, held_out), &a, &mut Reinforce::plain(), &root.join("a")).unwrap();
+        let run_b = train(&mut fresh(), &bpe, (train_tasks, held_out), &b, &mut HalfGroups, &root.join("b")).unwrap();
+        let tasks = |run: &[TrainRecord]| run.iter().map(|r| r.tasks.clone()).collect::<Vec<_>>();
+        assert_eq!(tasks(&run_a), tasks(&run_b));
+        assert!(tasks(&run_a)[..3].iter().all(|t| t.as_ref().is_some_and(|t| t.len() == 3)));
+        // Evaluation depends on the model, the seed and the iteration only: the
+        // unchanged model of run b scores what the initial model scores on each
+        // iteration's evaluation stream, whatever run b drew for its updates.
+        let streams = Streams::new(a.seed);
+        let initial = fresh();
+        for record in &run_b {
+            let alone = success_rate(&initial, &bpe, held_out, 1, &mut streams.evaluation(record.iteration));
+            assert_eq!(record.held_out_success, Some(alone), "iteration {}", record.iteration);
+        }
+        assert_eq!(run_a[0].held_out_success, run_b[0].held_out_success);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -1,34 +1,27 @@
 //! Chapter 8: PPO. Importance ratios and the clipped surrogate, with clip
-//! fraction and approximate KL as diagnostics; and the PPO loop for TinyAgent
-//! in the gym, with Chapter 7's value head at turn level: several epochs of
-//! minibatch updates on each batch of episodes.
+//! fraction and approximate KL as diagnostics; and PPO as an algorithm of the
+//! training loop for TinyAgent in the gym, with Chapter 7's value head at turn
+//! level: several epochs of minibatch updates on each batch of episodes.
 //!
 //! Shapes: `B` trajectories, `T` positions, `D` the model width.
 
+use crate::advantage::Critic;
 use crate::book::REAL;
-use crate::advantage::{critic_advantages, logprobs_and_hidden, Credit, ValueHead};
-use crate::gym::Task;
-use crate::pg::{play_groups, success_rate};
-use crate::pretrain::progress;
+use crate::pg::{Algorithm, Forward, Report};
 use crate::tinyagent::TinyAgent;
-use crate::tokenizer::Bpe;
-use crate::trajectory::{collate, Trajectory};
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use crate::trajectory::{Batch, Trajectory};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
-use std::path::Path;
-use tch::nn::OptimizerConfig;
-use tch::{nn, Tensor};
+use tch::Tensor;
 
 // ANCHOR: clip
 /// PPO's clipped surrogate per token, to be maximised:
-/// min(ρ A, clip(ρ, 1 − ε, 1 + ε) A) with ρ = π_θ / π_old = exp(log π_θ − log π_old).
-pub fn clipped_surrogate(logp: &Tensor, old_logp: &Tensor, advantages: &Tensor, eps: f64) -> Tensor {
+/// min(ρ A, clip(ρ, 1 − ε_low, 1 + ε_high) A) with ρ = π_θ / π_old =
+/// exp(log π_θ − log π_old). PPO clips symmetrically, ε_low = ε_high = ε;
+/// Chapter 9's clip-higher raises ε_high.
+pub fn clipped_surrogate(logp: &Tensor, old_logp: &Tensor, advantages: &Tensor, eps: (f64, f64)) -> Tensor {
     let ratio = (logp - old_logp).exp(); // [B, T]
     let unclipped = &ratio * advantages;
-    let clipped = ratio.clamp(1.0 - eps, 1.0 + eps) * advantages;
+    let clipped = ratio.clamp(1.0 - eps.0, 1.0 + eps.1) * advantages;
     unclipped.minimum(&clipped) // [B, T]
 }
 
@@ -44,7 +37,7 @@ pub struct Diagnostics {
 /// The PPO policy loss, the negated surrogate averaged over action tokens, and its diagnostics.
 pub fn ppo_policy_loss(logp: &Tensor, old_logp: &Tensor, advantages: &Tensor, mask: &Tensor, eps: f64) -> (Tensor, Diagnostics) {
     let tokens = mask.sum(REAL).clamp_min(1.0);
-    let loss = -(clipped_surrogate(logp, old_logp, advantages, eps) * mask).sum(REAL) / &tokens;
+    let loss = -(clipped_surrogate(logp, old_logp, advantages, (eps, eps)) * mask).sum(REAL) / &tokens;
     (loss, diagnostics(logp, old_logp, mask, 1.0 - eps, 1.0 + eps))
 }
 
@@ -66,79 +59,34 @@ pub fn diagnostics(logp: &Tensor, old_logp: &Tensor, mask: &Tensor, low: f64, hi
 
 
 // ANCHOR: train
-/// Settings of a PPO run in the gym.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PpoConfig {
-    pub iterations: usize,
-    pub tasks: usize,
-    pub episodes: usize,
-    pub lr: f64,
-    pub value_lr: f64,
-    /// Passes over each batch of episodes, and minibatches per pass.
-    pub epochs: usize,
-    pub minibatches: usize,
+/// PPO as a part of the training loop: Chapter 7's critic gives turn-level
+/// GAE advantages once per rollout, and every minibatch of every epoch takes
+/// a step on the clipped loss (and the value head one on its loss). The
+/// schedule's `epochs × minibatches` is the sample reuse.
+pub struct Ppo {
+    pub critic: Critic,
     pub clip: f64,
-    pub eval_every: usize,
-    pub seed: u64,
 }
 
-/// One line of a PPO run's metrics.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PpoRecord {
-    pub iteration: usize,
-    pub episodes: usize,
-    pub train_success: Option<f64>,
-    pub held_out_success: Option<f64>,
-    pub value_loss: Option<f64>,
-    /// Diagnostics of the last minibatch of the last epoch.
-    pub last: Option<Diagnostics>,
+impl Diagnostics {
+    /// Into a run's metrics.
+    pub fn report(&self, report: &mut Report) {
+        report.insert("clip_fraction".into(), self.clip_fraction);
+        report.insert("approx_kl".into(), self.approx_kl);
+    }
 }
 
-/// PPO in the gym: each iteration plays `episodes` episodes on each of `tasks`
-/// training tasks, computes turn-level advantages with the value head, then
-/// makes `epochs` passes over the episodes in `minibatches` minibatches, each
-/// a step on the clipped loss; the value head takes one step per minibatch.
-pub fn train_ppo(model: &mut TinyAgent, bpe: &Bpe, train: &[Task], held_out: &[Task], config: &PpoConfig, metrics: &Path) -> Vec<PpoRecord> {
-    let mut opt = nn::AdamW::default().build(&model.vs, config.lr).expect("an optimiser for the policy");
-    let critic = ValueHead::new(model.config.d_model, model.device());
-    let mut value_opt = nn::Adam::default().build(&critic.vs, config.value_lr).expect("an optimiser for the critic");
-    let mut rng = StdRng::seed_from_u64(config.seed);
-    let bar = progress(config.iterations as u64, "PPO");
-    let mut records = Vec::new();
-    for iteration in 0..=config.iterations {
-        let held_out_success = (iteration % config.eval_every == 0).then(|| success_rate(model, bpe, held_out, 2, 1_000 + iteration as u64));
-        let episodes = iteration * config.tasks * config.episodes;
-        if iteration == config.iterations {
-            records.push(PpoRecord { iteration, episodes, train_success: None, held_out_success, value_loss: None, last: None });
-            break;
-        }
-        let (played, _) = play_groups(model, bpe, train, config.tasks, config.episodes, &mut rng);
-        let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
-        let mut order: Vec<usize> = (0..trajectories.len()).collect();
-        let (mut last, mut value_loss) = (Diagnostics::default(), 0.0);
-        for _ in 0..config.epochs {
-            order.shuffle(&mut rng);
-            for chunk in order.chunks(order.len().div_ceil(config.minibatches)) {
-                let picked: Vec<Trajectory> = chunk.iter().map(|&i| trajectories[i].clone()).collect();
-                let batch = collate(&picked, model.device());
-                let (logp, hidden) = logprobs_and_hidden(model, &batch); // [b, T], [b, T, D]
-                let (advantages, v_loss) = critic_advantages(&critic.values(&hidden), &picked, Credit::Turn);
-                let (loss, diagnostics) = ppo_policy_loss(&logp, &batch.logprobs, &advantages, &batch.mask, config.clip);
-                opt.backward_step(&loss);
-                value_opt.backward_step(&v_loss);
-                (last, value_loss) = (diagnostics, v_loss.double_value(&[]));
-            }
-        }
-        let train_success = played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64;
-        records.push(PpoRecord { iteration, episodes, train_success: Some(train_success), held_out_success, value_loss: Some(value_loss), last: Some(last) });
-        bar.inc(1);
+impl Algorithm for Ppo {
+    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, _rewards: &[f64], _group: usize, _report: &mut Report) -> Tensor {
+        self.critic.rollout_advantages(model, trajectories, rollout) // [N, T]
     }
-    bar.finish_and_clear();
-    let mut file = std::fs::File::create(metrics).unwrap_or_else(|err| panic!("cannot write {}: {err}", metrics.display()));
-    for record in &records {
-        writeln!(file, "{}", serde_json::to_string(record).expect("a record serialises")).expect("metrics written");
+
+    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor {
+        report.insert("value_loss".into(), self.critic.value_step(&forward.hidden, rows));
+        let (loss, diagnostics) = ppo_policy_loss(&forward.logp, &minibatch.logprobs, advantages, &minibatch.mask, self.clip);
+        diagnostics.report(report);
+        loss
     }
-    records
 }
 // ANCHOR_END: train
 
@@ -150,7 +98,7 @@ mod tests {
     fn slope(ratio: f64, advantage: f64, eps: f64) -> f64 {
         let logp = Tensor::from_slice(&[ratio.ln() as f64]).set_requires_grad(true);
         let old = Tensor::from_slice(&[0.0f64]);
-        clipped_surrogate(&logp, &old, &Tensor::from_slice(&[advantage as f64]), eps).sum(REAL).backward();
+        clipped_surrogate(&logp, &old, &Tensor::from_slice(&[advantage as f64]), (eps, eps)).sum(REAL).backward();
         logp.grad().double_value(&[0])
     }
 

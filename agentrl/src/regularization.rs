@@ -7,7 +7,8 @@
 //! Shapes: `B` trajectories, `T` positions, `K` categories.
 
 use crate::book::REAL;
-use crate::grpo::{aggregate, logprobs_and_entropy, LossNorm, Regularizer};
+use crate::grpo::{aggregate, LossNorm, Regularizer};
+use crate::pg::forward;
 use crate::tinyagent::TinyAgent;
 use crate::trajectory::{collate, Batch, Trajectory};
 use crate::mdp::sample_action;
@@ -103,7 +104,7 @@ impl KlPenalty {
 
     /// log π_ref at the action tokens of `batch`, [B, T] (0 elsewhere).
     fn reference_logprobs(&self, batch: &Batch) -> Tensor {
-        tch::no_grad(|| logprobs_and_entropy(&self.reference, batch).0)
+        tch::no_grad(|| forward(&self.reference, batch).logp)
     }
 }
 
@@ -207,7 +208,7 @@ mod tests {
         let trajectory = Trajectory { task: 0, ids: vec![3, 5, 7, 2, 9, 4], owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy], logprobs: vec![0.0; 6], reward: 1.0, info: Default::default() };
         let batch = collate(&[trajectory], tch::Device::Cpu);
         let mut penalty = KlPenalty { reference, beta: 1.0, placement: Placement::Loss };
-        let (logp, entropy) = logprobs_and_entropy(&policy, &batch);
+        let crate::pg::Forward { logp, entropy, .. } = forward(&policy, &batch);
         let (loss, _) = penalty.loss(&batch, &logp, &entropy, &batch.mask, LossNorm::TokenMean).unwrap();
         assert!(loss.double_value(&[]).abs() < 1e-7);
         // d k3 / d log π = 1 − r: zero at r = 1, positive where π_θ > π_ref (pushes log π down).

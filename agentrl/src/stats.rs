@@ -6,6 +6,13 @@
 //! success rate over n episodes gets the Wilson interval; a comparison of two
 //! variants on the same tasks gets a paired bootstrap over the tasks; a
 //! learning curve over seeds gets a band, point by point.
+//!
+//! Two variants compared on the same seed should meet the same luck: the
+//! same tasks in the same order, the same evaluation episodes. So an
+//! experiment's randomness comes from named streams, each seeded from the
+//! experiment's seed, its name and the iteration ([`Streams`]): changing how
+//! one stream is used (a variant that shuffles more, or samples longer
+//! actions) leaves every other stream as it was.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -78,6 +85,59 @@ pub fn paired_bootstrap(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> (f
 }
 // ANCHOR_END: bootstrap
 
+// ANCHOR: streams
+/// The random streams of one experiment. Each is a fresh generator for one
+/// (purpose, iteration), seeded from the experiment's seed and the purpose's
+/// name, so two runs with the same seed share every stream whose use does not
+/// depend on what they learned (common random numbers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Streams {
+    pub seed: u64,
+}
+
+impl Streams {
+    pub fn new(seed: u64) -> Streams {
+        Streams { seed }
+    }
+
+    /// The stream `name` at `iteration`.
+    pub fn stream(&self, name: &str, iteration: usize) -> StdRng {
+        // FNV-1a of the name, then SplitMix64 to spread (seed, name, iteration) over 64 bits.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in name.bytes() {
+            h = (h ^ byte as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let mix = |mut z: u64| {
+            z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        StdRng::seed_from_u64(mix(mix(mix(self.seed) ^ h) ^ iteration as u64))
+    }
+
+    /// Which training tasks an iteration draws.
+    pub fn tasks(&self, iteration: usize) -> StdRng {
+        self.stream("tasks", iteration)
+    }
+
+    /// The policy's token sampling during an iteration's rollout.
+    pub fn sampling(&self, iteration: usize) -> StdRng {
+        self.stream("sampling", iteration)
+    }
+
+    /// The order of episodes in an iteration's minibatches.
+    pub fn shuffle(&self, iteration: usize) -> StdRng {
+        self.stream("shuffle", iteration)
+    }
+
+    /// The sampling of the evaluation episodes after `iteration` updates.
+    pub fn evaluation(&self, iteration: usize) -> StdRng {
+        self.stream("evaluation", iteration)
+    }
+}
+// ANCHOR_END: streams
+
 // ANCHOR: band
 /// A band for curves over seeds: `runs[seed][point]` becomes, point by point,
 /// (mean, mean − half, mean + half) with the Student-t half-width of
@@ -98,6 +158,19 @@ pub fn band(runs: &[Vec<f64>]) -> Vec<(f64, f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streams_depend_on_seed_name_and_iteration_only() {
+        let draw = |mut rng: StdRng| (0..4).map(|_| rng.random::<u64>()).collect::<Vec<_>>();
+        let (a, b) = (Streams::new(7), Streams::new(7));
+        assert_eq!(draw(a.tasks(3)), draw(b.tasks(3)));
+        let all = [draw(a.tasks(3)), draw(a.tasks(4)), draw(a.sampling(3)), draw(a.shuffle(3)), draw(a.evaluation(3)), draw(Streams::new(8).tasks(3))];
+        for i in 0..all.len() {
+            for j in 0..i {
+                assert_ne!(all[i], all[j], "streams {i} and {j} coincide");
+            }
+        }
+    }
 
     #[test]
     fn the_interval_uses_students_t() {
