@@ -241,34 +241,40 @@ pub fn critic_advantages(values: &Tensor, trajectories: &[Trajectory], credit: C
 /// A critic as a part of the training loop: once per rollout, the value head
 /// reads the policy's hidden states and gives advantages at the granularity
 /// `credit` ([`critic_advantages`]); on every minibatch it takes one Adam step
-/// on (V(s) − target)² over the minibatch's states.
+/// on (V(s) − target)² over the minibatch's states. The head is made, at zero,
+/// for the first model it reads.
 pub struct Critic {
-    pub head: ValueHead,
-    opt: nn::Optimizer,
+    pub lr: f64,
     pub credit: Credit,
     pub lambda: f64,
+    head: Option<(ValueHead, nn::Optimizer)>,
     /// The value targets of the current rollout's episodes.
     targets: Vec<Vec<(usize, f64)>>,
 }
 
 impl Critic {
-    pub fn new(model: &TinyAgent, lr: f64, credit: Credit, lambda: f64) -> Critic {
-        let head = ValueHead::new(model.config.d_model, model.device());
-        let opt = nn::Adam::default().build(&head.vs, lr).expect("an optimiser for the critic");
-        Critic { head, opt, credit, lambda, targets: Vec::new() }
+    pub fn new(lr: f64, credit: Credit, lambda: f64) -> Critic {
+        Critic { lr, credit, lambda, head: None, targets: Vec::new() }
     }
 
     /// The advantages of a rollout [N, T], before any update; keeps the targets.
     pub fn rollout_advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch) -> Tensor {
+        let lr = self.lr;
+        let (head, _) = self.head.get_or_insert_with(|| {
+            let head = ValueHead::new(model.config.d_model, model.device());
+            let opt = nn::Adam::default().build(&head.vs, lr).expect("an optimiser for the critic");
+            (head, opt)
+        });
         let hidden = tch::no_grad(|| model.hidden(&rollout.ids, &rollout.valid, &mut KvCache::default())); // [N, T, D]
-        let (advantages, targets) = critic_advantages(&self.head.values(&hidden), trajectories, self.credit, self.lambda);
+        let (advantages, targets) = critic_advantages(&head.values(&hidden), trajectories, self.credit, self.lambda);
         self.targets = targets;
         advantages // [N, T]
     }
 
     /// One step of the value head on the episodes `rows`, whose hidden states are `hidden` [b, T, D].
     pub fn value_step(&mut self, hidden: &Tensor, rows: &[usize]) -> f64 {
-        let values = self.head.values(hidden); // [b, T]
+        let (head, opt) = self.head.as_mut().expect("advantages before a value step");
+        let values = head.values(hidden); // [b, T]
         let (mut at_row, mut at_position, mut target) = (Vec::new(), Vec::new(), Vec::new());
         for (j, &i) in rows.iter().enumerate() {
             for &(state, value) in &self.targets[i] {
@@ -280,7 +286,7 @@ impl Critic {
         let device = values.device();
         let index = [Some(Tensor::from_slice(&at_row).to_device(device)), Some(Tensor::from_slice(&at_position).to_device(device))];
         let loss = (values.index(&index) - Tensor::from_slice(&target).to_device(device)).square().mean(REAL); // []
-        self.opt.backward_step(&loss);
+        opt.backward_step(&loss);
         loss.double_value(&[])
     }
 }
@@ -388,5 +394,45 @@ mod tests {
         let (adv, targets) = critic_advantages(&values, std::slice::from_ref(&trajectory), Credit::Turn, 0.0);
         assert_eq!(Vec::<f64>::try_from(adv.view([-1])).unwrap(), vec![0.0, 0.0, 0.5, 0.5, 0.0, 0.0, 0.25, 0.0]);
         assert_eq!(targets, vec![vec![(1, 0.75), (5, 1.0)]]);
+    }
+
+    #[test]
+    fn adamw_cancels_the_scale_between_the_group_mean_and_leave_one_out() {
+        // Leave-one-out is the group mean baseline times G/(G − 1): the same gradient up to a
+        // constant factor, which AdamW divides out (up to its ε). Three steps of each on the
+        // same batch end at the same weights.
+        use crate::episode::Owner::{Env, Policy, Prompt};
+        use crate::pg::forward;
+        use crate::trajectory::collate;
+        let rewards = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]; // two groups of 4
+        let trajectories: Vec<Trajectory> = rewards.iter().enumerate().map(|(i, &reward)| Trajectory {
+            task: 0,
+            ids: vec![1, 2 + i as u32 % 5, 3, 4 + i as u32 % 3, 5, 6],
+            owners: vec![Prompt, Prompt, Policy, Policy, Env, Policy],
+            logprobs: vec![0.0; 6],
+            reward,
+            info: Default::default(),
+        }).collect();
+        let batch = collate(&trajectories, Device::Cpu);
+        let weights_after = |baseline: GroupBaseline| -> Vec<Tensor> {
+            let model = { let _turn = crate::book::seeded(0); TinyAgent::new(crate::tinyagent::Config { vocab: 16, n_ctx: 8, d_model: 16, n_layer: 1, n_head: 2 }, Device::Cpu) };
+            let mut opt = nn::AdamW::default().build(&model.vs, 1e-2).unwrap();
+            let advantages: Vec<f64> = rewards.chunks(4).flat_map(|g| group_advantages(g, baseline)).collect();
+            for _ in 0..3 {
+                let loss = reinforce_loss(&forward(&model, &batch).logp, &batch.mask, &crate::pg::per_token(&advantages, &batch.mask));
+                opt.backward_step(&loss);
+            }
+            model.vs.trainable_variables()
+        };
+        let (mean, loo) = (weights_after(GroupBaseline::Mean), weights_after(GroupBaseline::LeaveOneOut));
+        let initial = { let _turn = crate::book::seeded(0); TinyAgent::new(crate::tinyagent::Config { vocab: 16, n_ctx: 8, d_model: 16, n_layer: 1, n_head: 2 }, Device::Cpu) }.vs.trainable_variables();
+        // Distances between weight sets, as the norm over all parameters.
+        let distance = |a: &[Tensor], b: &[Tensor]| a.iter().zip(b).map(|(x, y)| (x - y).square().sum(REAL).double_value(&[])).sum::<f64>().sqrt();
+        let moved = distance(&mean, &initial);
+        assert!(moved > 1e-2, "the steps must move the weights ({moved})");
+        // Equal up to ε's share of tiny gradients; a baseline that is not a rescaling differs by far more.
+        let none = weights_after(GroupBaseline::None);
+        let (same, different) = (distance(&mean, &loo) / moved, distance(&mean, &none) / moved);
+        assert!(same < 0.01 && different > 0.2, "relative distances: leave-one-out {same}, no baseline {different}");
     }
 }

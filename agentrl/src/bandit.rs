@@ -38,7 +38,8 @@ impl Bandit {
 /// A learner for the bandit.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Strategy {
-    /// Greedy on sample means, a uniformly random arm with probability `xi`.
+    /// Greedy on sample means (ties broken uniformly at random), a uniformly
+    /// random arm with probability `xi`.
     Greedy { xi: f64 },
     /// UCB1: the arm with the highest $\hat Q(a) + c \sqrt{\ln t / N(a)}$.
     Ucb { c: f64 },
@@ -93,7 +94,7 @@ pub fn play(bandit: &Bandit, strategy: Strategy, steps: usize, seed: u64) -> Vec
                 if rng.random::<f64>() < xi {
                     rng.random_range(0..k)
                 } else {
-                    argmax(&means)
+                    argmax_random_tie(&means, &mut rng)
                 }
             }
             Strategy::Ucb { c } => match counts.iter().position(|&n| n == 0) {
@@ -122,6 +123,21 @@ pub fn play(bandit: &Bandit, strategy: Strategy, steps: usize, seed: u64) -> Vec
 pub fn argmax(values: &[f64]) -> usize {
     (0..values.len()).fold(0, |best, a| if values[a] > values[best] { a } else { best })
 }
+
+// ANCHOR: argmax_random_tie
+/// An index of the largest value, chosen uniformly among all indices that
+/// share it. The generator is drawn from only when there is a tie, so a
+/// run's random stream depends on its history but stays reproducible.
+pub fn argmax_random_tie(values: &[f64], rng: &mut StdRng) -> usize {
+    let top = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let tied: Vec<usize> = (0..values.len()).filter(|&a| values[a] == top).collect();
+    match tied.len() {
+        0 => panic!("argmax of no values (or only NaN)"),
+        1 => tied[0],
+        n => tied[rng.random_range(0..n)],
+    }
+}
+// ANCHOR_END: argmax_random_tie
 
 /// Cumulative regret after every step, averaged over `runs` runs with seeds
 /// `seed, seed + 1, ...`.
@@ -194,6 +210,52 @@ mod tests {
         // Regret grows more slowly at the end than at the start for UCB.
         let curve = mean_cumulative_regret(&bandit, Strategy::Ucb { c: 0.5 }, 2000, 50, 0);
         assert!(curve[1999] - curve[1799] < curve[199] - curve[0]);
+    }
+
+    #[test]
+    fn greedy_ties_are_broken_among_all_tied_arms() {
+        let values = [0.5, 0.2, 0.5, 0.5, 0.1];
+        let mut rng = StdRng::seed_from_u64(7);
+        let draws = 30_000;
+        let mut counts = [0usize; 5];
+        for _ in 0..draws {
+            counts[argmax_random_tie(&values, &mut rng)] += 1;
+        }
+        assert_eq!((counts[1], counts[4]), (0, 0), "{counts:?}");
+        // Each tied arm: 10,000 expected, standard deviation sqrt(30,000 * 1/3 * 2/3) = 82.
+        for a in [0, 2, 3] {
+            assert!((counts[a] as f64 - draws as f64 / 3.0).abs() < 4.0 * 82.0, "{counts:?}");
+        }
+        // A unique maximum is returned without touching the generator.
+        let before = rng.clone();
+        assert_eq!(argmax_random_tie(&[0.1, 0.9, 0.3], &mut rng), 1);
+        assert_eq!(rng.random::<u64>(), before.clone().random::<u64>());
+        // The old rule for comparison: always the first of the tied arms.
+        assert_eq!(argmax(&values), 0);
+    }
+
+    #[test]
+    fn pure_greedy_locks_onto_the_first_arm_that_pays() {
+        // All estimates start at 0, so greedy pulls uniformly random arms until one
+        // pays; that arm's estimate is then above 0 for ever, and every other stays 0.
+        // The first arm to pay is arm a with probability means[a] / sum(means).
+        let bandit = bandit();
+        let total: f64 = bandit.means.iter().sum();
+        let runs = 4000;
+        let mut locked = vec![0usize; bandit.k()];
+        for seed in 0..runs {
+            let regret = play(&bandit, Strategy::Greedy { xi: 0.0 }, 60, seed);
+            // Without a payout in 40 pulls (probability 0.585^40 < 1e-9) this would not be locked.
+            let last = regret[59];
+            assert!(regret[40..].iter().all(|&r| r == last), "seed {seed}: {regret:?}");
+            let arm = (0..bandit.k()).find(|&a| (bandit.best_mean() - bandit.means[a] - last).abs() < 1e-12).unwrap();
+            locked[arm] += 1;
+        }
+        for (a, &n) in locked.iter().enumerate() {
+            let p = bandit.means[a] / total;
+            let sd = (runs as f64 * p * (1.0 - p)).sqrt();
+            assert!((n as f64 - runs as f64 * p).abs() < 4.5 * sd, "arm {a}: {n} of {runs}, expected {:.0}; {locked:?}", runs as f64 * p);
+        }
     }
 
     #[test]

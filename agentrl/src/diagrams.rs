@@ -1,4 +1,4 @@
-//! Chapter 1: Figure 1.1, the agentic RL loop and the token strip.
+//! Chapter 1: Figure 1.2, the agentic RL loop and the token strip.
 //!
 //! [`agentic_rl_loop`] draws the whole chapter on one canvas. Top left, the
 //! rollout: the policy writes action tokens, the parser turns them into a
@@ -22,11 +22,11 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::error::Error;
 use std::path::Path;
 
-/// Width and height of Figure 1.1 in SVG pixels.
+/// Width and height of Figure 1.2 in SVG pixels.
 pub const FIGURE_SIZE: (u32, u32) = (960, 560);
 
-type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
-type Drawn = Result<(), Box<dyn Error>>;
+pub(crate) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+pub(crate) type Drawn = Result<(), Box<dyn Error>>;
 
 // The figure's colours, taken from the chart palette so that "policy" is the
 // same blue here and in every data figure.
@@ -34,31 +34,41 @@ const POLICY_BLUE: RGBColor = PALETTE[0];
 const LEARN_ORANGE: RGBColor = PALETTE[1];
 const POLICY_TINT: RGBColor = RGBColor(222, 236, 246);
 const LEARN_TINT: RGBColor = RGBColor(253, 241, 214);
-const PANEL_FILL: RGBColor = RGBColor(248, 248, 248);
+pub(crate) const PANEL_FILL: RGBColor = RGBColor(248, 248, 248);
 const PANEL_EDGE: RGBColor = RGBColor(208, 208, 208);
 const PROMPT_EDGE: RGBColor = RGBColor(150, 150, 150);
-const ARROW: RGBColor = RGBColor(70, 70, 70);
+pub(crate) const ARROW: RGBColor = RGBColor(70, 70, 70);
 
 // ANCHOR: agentic_rl_loop
-/// Draw Figure 1.1 to `path` as SVG; `strip` is an episode transcript whose
+/// Draw Figure 1.2 to `path` as SVG; `strip` is an episode transcript whose
 /// words become the token strip. Errors name the path.
 pub fn agentic_rl_loop(path: &Path, strip: &[(Owner, String)]) -> Result<(), String> {
-    let svg = agentic_rl_loop_svg(strip).map_err(|err| format!("cannot draw figure {}: {err}", path.display()))?;
-    std::fs::write(path, svg).map_err(|err| format!("cannot write figure {}: {err}", path.display()))
+    write_svg(path, agentic_rl_loop_svg(strip))
 }
 // ANCHOR_END: agentic_rl_loop
 
-/// Figure 1.1 as an SVG document (drawn in memory, so a failure never
+/// Figure 1.2 as an SVG document (drawn in memory, so a failure never
 /// leaves a half-written file).
 pub fn agentic_rl_loop_svg(strip: &[(Owner, String)]) -> Result<String, String> {
     let boxes = strip_layout(strip)?;
+    render_svg(FIGURE_SIZE, |root| draw_figure(root, &boxes))
+}
+
+/// Draw on a fresh canvas of `size` pixels and return the SVG document.
+pub(crate) fn render_svg(size: (u32, u32), draw: impl FnOnce(&Area) -> Drawn) -> Result<String, String> {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, FIGURE_SIZE).into_drawing_area();
-        draw_figure(&root, &boxes).map_err(|err| err.to_string())?;
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        draw(&root).map_err(|err| err.to_string())?;
         root.present().map_err(|err| err.to_string())?;
     }
     Ok(svg)
+}
+
+/// Write a drawn SVG document to `path`; errors name the path.
+pub(crate) fn write_svg(path: &Path, svg: Result<String, String>) -> Result<(), String> {
+    let svg = svg.map_err(|err| format!("cannot draw figure {}: {err}", path.display()))?;
+    std::fs::write(path, svg).map_err(|err| format!("cannot write figure {}: {err}", path.display()))
 }
 
 fn draw_figure(root: &Area, boxes: &[TokenBox]) -> Drawn {
@@ -75,27 +85,27 @@ fn draw_figure(root: &Area, boxes: &[TokenBox]) -> Drawn {
 
 /// An axis-aligned box in pixels: top-left corner, width, height.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Frame {
-    x: i32,
-    y: i32,
-    w: i32,
-    h: i32,
+pub(crate) struct Frame {
+    pub(crate) x: i32,
+    pub(crate) y: i32,
+    pub(crate) w: i32,
+    pub(crate) h: i32,
 }
 
 impl Frame {
-    const fn new(x: i32, y: i32, w: i32, h: i32) -> Self {
+    pub(crate) const fn new(x: i32, y: i32, w: i32, h: i32) -> Self {
         Frame { x, y, w, h }
     }
-    fn right(&self) -> i32 {
+    pub(crate) fn right(&self) -> i32 {
         self.x + self.w
     }
-    fn bottom(&self) -> i32 {
+    pub(crate) fn bottom(&self) -> i32 {
         self.y + self.h
     }
-    fn centre_x(&self) -> i32 {
+    pub(crate) fn centre_x(&self) -> i32 {
         self.x + self.w / 2
     }
-    fn centre_y(&self) -> i32 {
+    pub(crate) fn centre_y(&self) -> i32 {
         self.y + self.h / 2
     }
     fn corners(&self) -> [(i32, i32); 2] {
@@ -111,13 +121,13 @@ fn font(size: u32, bold: bool, colour: &RGBColor, h: HPos, v: VPos) -> TextStyle
 }
 
 /// Text centred on a point.
-fn centred(area: &Area, text: &str, at: (i32, i32), size: u32, bold: bool, colour: &RGBColor) -> Drawn {
+pub(crate) fn centred(area: &Area, text: &str, at: (i32, i32), size: u32, bold: bool, colour: &RGBColor) -> Drawn {
     area.draw(&Text::new(text, at, font(size, bold, colour, HPos::Center, VPos::Center)))?;
     Ok(())
 }
 
 /// Text whose left (or right) end sits on a point, vertically centred.
-fn aligned(area: &Area, text: &str, at: (i32, i32), size: u32, h: HPos, colour: &RGBColor) -> Drawn {
+pub(crate) fn aligned(area: &Area, text: &str, at: (i32, i32), size: u32, h: HPos, colour: &RGBColor) -> Drawn {
     area.draw(&Text::new(text, at, font(size, false, colour, h, VPos::Center)))?;
     Ok(())
 }
@@ -131,7 +141,7 @@ fn outlined(area: &Area, frame: Frame, fill: RGBColor, edge: RGBColor) -> Drawn 
 }
 
 /// A labelled node of the diagram: a bold name, then smaller detail lines.
-fn node(area: &Area, frame: Frame, lines: &[&str], fill: RGBColor, edge: RGBColor) -> Drawn {
+pub(crate) fn node(area: &Area, frame: Frame, lines: &[&str], fill: RGBColor, edge: RGBColor) -> Drawn {
     outlined(area, frame, fill, edge)?;
     let spacing = 17;
     let first = frame.centre_y() - spacing * (lines.len() as i32 - 1) / 2;
@@ -144,7 +154,7 @@ fn node(area: &Area, frame: Frame, lines: &[&str], fill: RGBColor, edge: RGBColo
 }
 
 /// A polyline ending in a filled triangular head at its last point.
-fn arrow(area: &Area, points: &[(i32, i32)], colour: RGBColor) -> Drawn {
+pub(crate) fn arrow(area: &Area, points: &[(i32, i32)], colour: RGBColor) -> Drawn {
     const HEAD_LENGTH: f64 = 9.0;
     const HEAD_HALF_WIDTH: f64 = 4.5;
     let [.., (x0, y0), (x1, y1)] = points else { return Ok(()) };

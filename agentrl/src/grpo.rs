@@ -1,11 +1,11 @@
-//! Chapter 9: GRPO and the critic-free family, and the book's main training
-//! loop. Group-relative advantages (from Chapter 7), the clipped surrogate with
-//! a separate lower and upper range (clip-higher), the three ways of averaging
-//! token losses (per sequence, per token, by a constant), filtering groups
-//! whose rewards do not vary and masking episodes cut off by the turn budget;
-//! named configurations (GRPO, Dr. GRPO, DAPO, RLOO, DeepSWE's GRPO++); and
-//! [`train`]: rollout → reward → advantage → masked update → evaluation, with
-//! JSONL metrics, checkpoints and a hook for the regularisers of Chapter 10.
+//! Chapter 9: GRPO and the critic-free family. Group-relative advantages
+//! (from Chapter 7), Chapter 8's clipped surrogate with a separate lower and
+//! upper range (clip-higher), the three ways of averaging token losses (per
+//! sequence, per token, by a constant), filtering groups whose rewards do not
+//! vary and masking episodes cut off by the turn budget; named configurations
+//! (GRPO, Dr. GRPO, DAPO, RLOO, DeepSWE's GRPO++); and [`Grpo`], the family as
+//! an algorithm of Chapter 6's training loop, with a hook for the regularisers
+//! of Chapter 10.
 //!
 //! Shapes: `B` trajectories, `T` positions, `V` the vocabulary, `G` episodes in a group.
 
@@ -232,6 +232,10 @@ pub struct Grpo {
 }
 
 impl Algorithm for Grpo {
+    fn config_json(&self) -> Option<String> {
+        Some(self.config.to_json())
+    }
+
     fn rewards(&mut self, played: &[Played], trajectories: &[Trajectory], report: &mut Report) -> Vec<f64> {
         let mut rewards: Vec<f64> = played.iter().map(|p| p.reward).collect();
         report.extend(self.regularizer.shape_rewards(trajectories, &mut rewards));

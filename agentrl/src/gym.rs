@@ -178,7 +178,6 @@ fn int(rng: &mut StdRng, low: i64, high: i64) -> String {
     rng.random_range(low..=high).to_string()
 }
 
-// ANCHOR: families
 fn draft(family: Family, rng: &mut StdRng) -> Draft {
     match family {
         Family::SwappedMinMax => {
@@ -224,6 +223,7 @@ fn draft(family: Family, rng: &mut StdRng) -> Draft {
                 inputs: Box::new(|rng, public| vec![if public { int(rng, 1, 6) } else { int(rng, 0, 12) }]),
             }
         }
+        // ANCHOR: family_wrong_comparison
         Family::WrongComparison => {
             let f = pick(rng, &["larger", "best_of", "higher", "pick_max", "winner", "top"]);
             let p = pick_params(rng, &[&["a", "b"], &["x", "y"], &["left", "right"], &["first", "second"], &["old", "fresh"], &["mine", "theirs"]]);
@@ -244,6 +244,7 @@ fn draft(family: Family, rng: &mut StdRng) -> Draft {
                 params: p,
             }
         }
+        // ANCHOR_END: family_wrong_comparison
         Family::WrongOperator => {
             let f = pick(rng, &["order_cost", "invoice_total", "charge", "bill", "quote"]);
             let p = pick_params(rng, &[&["price", "qty"], &["unit", "count"], &["rate", "hours"], &["fare", "riders"]]);
@@ -350,7 +351,6 @@ fn draft(family: Family, rng: &mut StdRng) -> Draft {
         }
     }
 }
-// ANCHOR_END: families
 
 // ANCHOR: generic_ops
 /// The fixes of six families as line edits that apply to any source: used as

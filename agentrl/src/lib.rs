@@ -12,11 +12,11 @@
 //! | [`clamp`] | 1 | the clamp task: issue, sources, tests, edit menu |
 //! | [`episode`] | 1 | the call parser, the environment step, scripted and random episodes |
 //! | [`plot`] | 1 | line charts for the book's data figures |
-//! | [`diagrams`] | 1 | Figure 1.1, the agentic RL loop and the token strip |
-//! | [`mdp`] | 2 | the repair MDP; policy evaluation, value and policy iteration, Monte Carlo, Q-learning |
+//! | [`diagrams`] | 1 | Figure 1.2, the agentic RL loop and the token strip |
+//! | [`mdp`] | 2 | the repair MDP and its state diagram; policy evaluation, value and policy iteration, Monte Carlo, Q-learning |
 //! | [`bandit`] | 2 | the k-armed bandit: xi-greedy, UCB, gradient bandit |
 //! | [`pomdp`] | 2 | the hidden-family POMDP: beliefs and the value of `test` |
-//! | [`stats`] | 2 | Monte Carlo error: standard errors, Student-t intervals over seeds, paired differences, Wilson intervals for rates, a paired bootstrap over tasks, bands for curves |
+//! | [`stats`] | 2 | Monte Carlo error: standard errors, Student-t intervals over seeds, paired differences, Wilson intervals for rates, a paired bootstrap over tasks, bands for curves; named random streams |
 //! | [`tokenizer`] | 3 | a byte-level BPE for the gym's text, special tokens, the chat format |
 //! | [`tinyagent`] | 3 | TinyAgent: the transformer, log-probs, entropy, sampling, KV-cache generation |
 //! | [`agent`] | 3 | the policy interface: contexts in, sampled actions with log-probs out |
@@ -25,10 +25,10 @@
 //! | [`gym`] | 4 | the BugFix gym: tasks as data, eight bug families, generation, the split, the environment |
 //! | [`policies`] | 4 | scripted policies (oracle, hacker, random) and the episode loop |
 //! | [`trajectory`] | 5 | trajectories with action masks and sampling log-probs, padded batches, the masked loss |
-//! | [`pg`] | 6 | REINFORCE: checked against the exact gradient, tabular, and for TinyAgent in the gym |
-//! | [`advantage`] | 7 | baselines, group advantages (mean, leave-one-out, std), TD errors, GAE, a TD(0) critic |
-//! | [`ppo`] | 8 | importance ratios, the clipped surrogate, clip fraction and approximate KL, a value head, the PPO loop |
-//! | [`grpo`] | 9 | GRPO and its variants: loss normalisations, clip-higher, group filters, named configs; the main `train` loop |
+//! | [`pg`] | 6 | REINFORCE: checked against the exact gradient, tabular, and for TinyAgent in the gym; the one training loop ([`pg::train`]) and the parts an algorithm supplies; runs side by side |
+//! | [`advantage`] | 7 | baselines, group advantages (mean, leave-one-out, std), TD errors, GAE, a TD(0) critic, a value-head critic for the loop |
+//! | [`ppo`] | 8 | importance ratios, the clipped surrogate, clip fraction and approximate KL, PPO as an algorithm of the loop |
+//! | [`grpo`] | 9 | GRPO and its variants: loss normalisations, clip-higher, group filters, named configs, the regulariser hook |
 //! | [`regularization`] | 10 | KL estimators k1/k2/k3 and their exact moments; a KL penalty towards a reference policy (reward or loss); an entropy bonus |
 
 pub mod advantage;

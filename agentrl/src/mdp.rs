@@ -12,8 +12,14 @@
 //! and policy iteration, and the two sample-based methods of Section 2.5,
 //! Monte Carlo evaluation ([`monte_carlo_value`]) and Q-learning
 //! ([`q_learning`]). Everything is plain `f64` and `Vec`; the random draws
-//! come from explicitly seeded generators.
+//! come from explicitly seeded generators. [`mdp_diagram`] draws the table
+//! as a state diagram (Figure 2.1) with the drawing helpers of
+//! [`crate::diagrams`].
 
+use crate::diagrams::{aligned, arrow, centred, node, render_svg, write_svg, Area, Drawn, Frame, ARROW, PANEL_FILL};
+use crate::plot::{GREY, INK, PALETTE};
+use plotters::style::text_anchor::HPos;
+use plotters::style::{RGBColor, WHITE};
 pub use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -411,6 +417,210 @@ pub fn max_q_gap(mdp: &Mdp, q1: &[Vec<f64>], q2: &[Vec<f64>]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+// ---------------------------------------------------------------------------
+// Figure 2.1: the state diagram, drawn from the table.
+
+/// Width and height of the state diagram in SVG pixels.
+pub const DIAGRAM_SIZE: (u32, u32) = (960, 460);
+
+/// Where each state of the repair MDP sits: centre, box width, and whether
+/// its self-loop goes above the box (else below). Live states form a square
+/// (the swap moves along a row, `hardcode_tests` down a column), each
+/// terminal outcome sits beside the states that submit into it.
+const PLACES: [(&str, (i32, i32), i32, bool); 7] = [
+    ("buggy", (330, 130), 150, true),
+    ("repaired", (660, 130), 150, true),
+    ("rote", (330, 350), 150, false),
+    ("rote+repaired", (660, 350), 150, false),
+    ("fixed", (880, 240), 110, false),
+    ("hacked", (80, 350), 110, false),
+    ("broken", (80, 130), 110, false),
+];
+const NODE_HEIGHT: i32 = 52;
+/// Distance between the two arrows of a pair that run both ways.
+const PAIR_GAP: i32 = 8;
+const LOOP_HALF_WIDTH: i32 = 16;
+const LOOP_HEIGHT: i32 = 26;
+const LINE_SPACING: i32 = 15;
+
+/// Which side of its anchor point a label's block of text sits on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Above,
+    Below,
+    Left,
+}
+
+/// A state's box: its name, and "terminal" under the name of a terminal state.
+#[derive(Clone, Debug)]
+pub(crate) struct DiagramNode {
+    pub(crate) frame: Frame,
+    pub(crate) lines: Vec<String>,
+    pub(crate) terminal: bool,
+}
+
+/// One arrow per (state, next state): a polyline in pixels and its label,
+/// two lines per group of actions with the same probability and reward.
+#[derive(Clone, Debug)]
+pub(crate) struct DiagramArrow {
+    pub(crate) points: Vec<(i32, i32)>,
+    pub(crate) pays: bool,
+    pub(crate) lines: Vec<String>,
+    pub(crate) anchor: (i32, i32),
+    pub(crate) side: Side,
+}
+
+/// Transitions grouped for drawing: ((state, next state), groups), where
+/// each group is (probability, reward, the actions that have them).
+pub type TransitionGroups = Vec<((usize, usize), Vec<(f64, f64, Vec<usize>)>)>;
+
+/// The transitions of `mdp` grouped for drawing: for every live state and
+/// next state, the groups of actions that lead there with the same
+/// probability and reward.
+pub fn transition_groups(mdp: &Mdp) -> TransitionGroups {
+    let mut edges: TransitionGroups = Vec::new();
+    for s in (0..mdp.n_states()).filter(|&s| !mdp.terminal[s]) {
+        for a in 0..mdp.n_actions() {
+            for o in &mdp.outcomes[s][a] {
+                let at = match edges.iter().position(|(key, _)| *key == (s, o.next)) {
+                    Some(at) => at,
+                    None => {
+                        edges.push(((s, o.next), Vec::new()));
+                        edges.len() - 1
+                    }
+                };
+                let groups = &mut edges[at].1;
+                match groups.iter_mut().find(|(p, r, _)| *p == o.prob && *r == o.reward) {
+                    Some(group) => group.2.push(a),
+                    None => groups.push((o.prob, o.reward, vec![a])),
+                }
+            }
+        }
+    }
+    edges
+}
+
+/// Lay out the state diagram of an MDP over the repair states: one box per
+/// state, one labelled arrow per (state, next state) pair.
+pub(crate) fn diagram_layout(mdp: &Mdp) -> Result<(Vec<DiagramNode>, Vec<DiagramArrow>), String> {
+    let place = |s: usize| {
+        let name = &mdp.states[s];
+        PLACES.iter().find(|p| p.0 == name).ok_or_else(|| format!("the diagram has no place for state {name:?}"))
+    };
+    let mut frames = Vec::new();
+    let mut nodes = Vec::new();
+    for s in 0..mdp.n_states() {
+        let &(name, (x, y), w, _) = place(s)?;
+        let frame = Frame::new(x - w / 2, y - NODE_HEIGHT / 2, w, NODE_HEIGHT);
+        let mut lines = vec![name.to_string()];
+        if mdp.terminal[s] {
+            lines.push("terminal".to_string());
+        }
+        frames.push(frame);
+        nodes.push(DiagramNode { frame, lines, terminal: mdp.terminal[s] });
+    }
+    let edges = transition_groups(mdp);
+    let mut arrows = Vec::new();
+    for ((s, next), groups) in &edges {
+        let mut lines = Vec::new();
+        for (p, r, actions) in groups {
+            lines.push(actions.iter().map(|&a| mdp.actions[a].as_str()).collect::<Vec<_>>().join(", "));
+            lines.push(format!("p = {p}, r = {r}"));
+        }
+        let paired = s != next && edges.iter().any(|(key, _)| *key == (*next, *s));
+        let (points, anchor, side) =
+            if s == next { self_loop(frames[*s], place(*s)?.3) } else { route(frames[*s], frames[*next], paired) };
+        let pays = groups.iter().any(|(_, r, _)| *r > 0.0);
+        arrows.push(DiagramArrow { points, pays, lines, anchor, side });
+    }
+    Ok((nodes, arrows))
+}
+
+/// A straight arrow between boxes in one row or one column (the two arrows
+/// of a pair side by side), otherwise an elbow: along the row, then up or
+/// down into the target. Returns the points, the label's anchor and side.
+fn route(from: Frame, to: Frame, paired: bool) -> (Vec<(i32, i32)>, (i32, i32), Side) {
+    let (fx, fy, tx, ty) = (from.centre_x(), from.centre_y(), to.centre_x(), to.centre_y());
+    let rightward = tx > fx;
+    let (x0, x1) = if rightward { (from.right(), to.x) } else { (from.x, to.right()) };
+    if fy == ty {
+        // Rightward arrows of a pair run above the centre line, leftward ones below.
+        let shift = if !paired { 0 } else if rightward { -PAIR_GAP } else { PAIR_GAP };
+        let side = if shift > 0 { Side::Below } else { Side::Above };
+        (vec![(x0, fy + shift), (x1, fy + shift)], ((x0 + x1) / 2, fy + shift), side)
+    } else {
+        let downward = ty > fy;
+        let (y0, y1) = if downward { (from.bottom(), to.y) } else { (from.y, to.bottom()) };
+        if fx == tx {
+            let shift = if !paired { 0 } else if downward { PAIR_GAP } else { -PAIR_GAP };
+            (vec![(fx + shift, y0), (fx + shift, y1)], (fx + shift - 8, (y0 + y1) / 2), Side::Left)
+        } else {
+            let side = if downward { Side::Above } else { Side::Below };
+            (vec![(x0, fy), (tx, fy), (tx, y1)], ((x0 + tx) / 2, fy), side)
+        }
+    }
+}
+
+/// A loop on the top (or bottom) edge of a box, labelled beyond it.
+fn self_loop(frame: Frame, above: bool) -> (Vec<(i32, i32)>, (i32, i32), Side) {
+    let (x, y, out) = if above { (frame.centre_x(), frame.y, -LOOP_HEIGHT) } else { (frame.centre_x(), frame.bottom(), LOOP_HEIGHT) };
+    let points = vec![(x - LOOP_HALF_WIDTH, y), (x - LOOP_HALF_WIDTH, y + out), (x + LOOP_HALF_WIDTH, y + out), (x + LOOP_HALF_WIDTH, y)];
+    (points, (x, y + out), if above { Side::Above } else { Side::Below })
+}
+
+/// Where each line of a label goes: centre points for `Above` and `Below`,
+/// right ends for `Left`.
+pub(crate) fn label_lines(arrow: &DiagramArrow) -> Vec<(i32, i32)> {
+    let n = arrow.lines.len() as i32;
+    let (x, y) = arrow.anchor;
+    (0..n)
+        .map(|i| match arrow.side {
+            Side::Above => (x, y - 9 - LINE_SPACING * (n - 1 - i)),
+            Side::Below => (x, y + 9 + LINE_SPACING * i),
+            Side::Left => (x, y - LINE_SPACING * (n - 1) / 2 + LINE_SPACING * i),
+        })
+        .collect()
+}
+
+// ANCHOR: mdp_diagram
+/// Draw the state diagram of an MDP over the repair states to `path` as
+/// SVG: a box per state, an arrow per (state, next state) labelled with the
+/// actions that take it and their probability p and reward r; arrows that
+/// pay are green. Terminal states' own transitions are not drawn.
+pub fn mdp_diagram(mdp: &Mdp, path: &std::path::Path) -> Result<(), String> {
+    write_svg(path, mdp_diagram_svg(mdp))
+}
+// ANCHOR_END: mdp_diagram
+
+/// The state diagram as an SVG document.
+pub fn mdp_diagram_svg(mdp: &Mdp) -> Result<String, String> {
+    let (nodes, arrows) = diagram_layout(mdp)?;
+    render_svg(DIAGRAM_SIZE, |area| draw_diagram(area, &nodes, &arrows))
+}
+
+const PAYS: RGBColor = PALETTE[2];
+
+fn draw_diagram(area: &Area, nodes: &[DiagramNode], arrows: &[DiagramArrow]) -> Drawn {
+    area.fill(&WHITE)?;
+    for n in nodes {
+        let lines: Vec<&str> = n.lines.iter().map(String::as_str).collect();
+        let (fill, edge) = if n.terminal { (PANEL_FILL, GREY) } else { (WHITE, INK) };
+        node(area, n.frame, &lines, fill, edge)?;
+    }
+    for a in arrows {
+        arrow(area, &a.points, if a.pays { PAYS } else { ARROW })?;
+        for (i, (line, at)) in a.lines.iter().zip(label_lines(a)).enumerate() {
+            // Action names in ink, "p = .., r = .." in grey.
+            let colour = if i % 2 == 0 { INK } else { GREY };
+            match a.side {
+                Side::Left => aligned(area, line, at, 15, HPos::Right, &colour)?,
+                Side::Above | Side::Below => centred(area, line, at, 15, false, &colour)?,
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -536,6 +746,86 @@ mod tests {
         assert_eq!(history.len(), 3000);
         assert!(max_q_gap(&mdp, &q, &q_star) < 0.02, "gap {}", max_q_gap(&mdp, &q, &q_star));
         assert!(max_q_gap(&mdp, &history[10], &q_star) > 0.2);
+    }
+
+    /// A generous estimate of a line's width in pixels: 15-unit text is about
+    /// 12 pixels high, and sans-serif letters average under 0.6 of that wide.
+    fn text_width(line: &str) -> i32 {
+        (line.chars().count() as f64 * 7.3).ceil() as i32
+    }
+
+    /// The box (x0, y0, x1, y1) that a label's text covers.
+    fn label_box(arrow: &DiagramArrow) -> (i32, i32, i32, i32) {
+        let at = label_lines(arrow);
+        let width = arrow.lines.iter().map(|l| text_width(l)).max().unwrap();
+        let (top, bottom) = (at[0].1 - 7, at[at.len() - 1].1 + 7);
+        match arrow.side {
+            Side::Left => (at[0].0 - width, top, at[0].0, bottom),
+            Side::Above | Side::Below => (at[0].0 - width / 2, top, at[0].0 + width / 2, bottom),
+        }
+    }
+
+    fn overlap(a: (i32, i32, i32, i32), b: (i32, i32, i32, i32)) -> bool {
+        a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3
+    }
+
+    #[test]
+    fn the_diagram_shows_every_transition_once() {
+        for (verifier, paying) in [(Verifier::Hidden, 2), (Verifier::Public, 3)] {
+            let mdp = repair_mdp(verifier);
+            let (nodes, arrows) = diagram_layout(&mdp).unwrap();
+            assert_eq!(nodes.len(), 7);
+            // 4 self-loops, 4 swaps, 2 hardcodes into a new state, 4 submits.
+            assert_eq!(arrows.len(), 14);
+            assert_eq!(arrows.iter().filter(|a| a.pays).count(), paying, "{verifier:?}");
+            // Every (live state, action) pair sits in exactly one group.
+            let groups = transition_groups(&mdp);
+            for s in [BUGGY, REPAIRED, ROTE, ROTE_REPAIRED] {
+                for a in 0..ACTIONS.len() {
+                    let n = groups.iter().filter(|((from, _), _)| *from == s).flat_map(|(_, g)| g).filter(|(_, _, acts)| acts.contains(&a)).count();
+                    assert_eq!(n, 1, "{} {}", STATES[s], ACTIONS[a]);
+                }
+            }
+        }
+        let svg = mdp_diagram_svg(&repair_mdp(Verifier::Hidden)).unwrap();
+        for text in STATES.iter().chain(["read, test", "read, test, hardcode_tests", "p = 1, r = 1"].iter()) {
+            assert!(svg.lines().any(|line| line.trim() == *text), "missing {text}");
+        }
+    }
+
+    #[test]
+    fn the_diagram_labels_do_not_collide() {
+        // A flaky swap adds a second group to a self-loop and a third line pair; it must fit too.
+        let mut flaky = repair_mdp(Verifier::Hidden);
+        flaky.outcomes[BUGGY][SWAP] = vec![Outcome { prob: 0.8, next: REPAIRED, reward: 0.0 }, Outcome { prob: 0.2, next: BUGGY, reward: 0.0 }];
+        for mdp in [repair_mdp(Verifier::Hidden), flaky] {
+            let (nodes, arrows) = diagram_layout(&mdp).unwrap();
+            let boxes: Vec<_> = arrows.iter().map(label_box).collect();
+            let (w, h) = (DIAGRAM_SIZE.0 as i32, DIAGRAM_SIZE.1 as i32);
+            for (i, b) in boxes.iter().enumerate() {
+                assert!(b.0 >= 0 && b.1 >= 0 && b.2 <= w && b.3 <= h, "label {:?} leaves the canvas", arrows[i].lines);
+                for (j, other) in boxes.iter().enumerate().skip(i + 1) {
+                    assert!(!overlap(*b, *other), "labels {:?} and {:?} overlap", arrows[i].lines, arrows[j].lines);
+                }
+                for n in &nodes {
+                    let f = n.frame;
+                    assert!(!overlap(*b, (f.x, f.y, f.right(), f.bottom())), "label {:?} covers {}", arrows[i].lines, n.lines[0]);
+                }
+                // No arrow runs through a label (every segment is horizontal or vertical).
+                for a in &arrows {
+                    for seg in a.points.windows(2) {
+                        let (x0, x1) = (seg[0].0.min(seg[1].0), seg[0].0.max(seg[1].0));
+                        let (y0, y1) = (seg[0].1.min(seg[1].1), seg[0].1.max(seg[1].1));
+                        assert!(!overlap(*b, (x0 - 1, y0 - 1, x1 + 1, y1 + 1)), "label {:?} is crossed by an arrow", arrows[i].lines);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_diagram_is_byte_identical_across_runs() {
+        crate::plot::tests::assert_same_svg_twice("mdp-diagram", |path| mdp_diagram(&repair_mdp(Verifier::Hidden), path).unwrap());
     }
 
     #[test]

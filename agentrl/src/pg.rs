@@ -1,7 +1,10 @@
 //! Chapter 6: policy gradients. The score-function (REINFORCE) estimator on
 //! a softmax bandit, checked against the exact gradient; REINFORCE on the
 //! tabular repair MDP; and REINFORCE for TinyAgent in the gym with the
-//! masked token-level loss.
+//! masked token-level loss. Also the book's one training loop, [`train`]:
+//! rollout → reward → advantage → filter → masked update → evaluation, with
+//! the parts an [`Algorithm`] supplies, named random streams, JSONL metrics
+//! and checkpoints; later chapters add algorithms, not loops.
 //!
 //! Shapes: `B` trajectories, `T` positions, `K` arms.
 
@@ -164,6 +167,10 @@ pub trait Algorithm {
     /// [N, T] for `rollout` (all N episodes, groups of `group` consecutive),
     /// computed once, before any update.
     fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, report: &mut Report) -> Tensor;
+    /// The algorithm's own settings as JSON, written next to the schedule (default: none).
+    fn config_json(&self) -> Option<String> {
+        None
+    }
     /// The episodes that get a loss (default: all).
     fn keep(&mut self, played: &[Played], _group: usize, _report: &mut Report) -> Vec<usize> {
         (0..played.len()).collect()
@@ -330,8 +337,9 @@ pub fn success_rate(model: &TinyAgent, bpe: &Bpe, tasks: &[Task], per_task: usiz
 /// minibatches` AdamW steps on its loss (update); every `eval_every`
 /// iterations it measures held-out success (evaluation). Tasks, sampling,
 /// minibatch order and evaluation each draw from their own stream of the
-/// seed. Writes `schedule.json`, `metrics.jsonl` and `final.safetensors`
-/// (and checkpoints `iteration-NNNN.safetensors`) to `run_dir`.
+/// seed. Writes `schedule.json` (and the algorithm's `config.json`, if it has
+/// one), `metrics.jsonl` and `final.safetensors` (and checkpoints
+/// `iteration-NNNN.safetensors`) to `run_dir`.
 pub fn train(
     model: &mut TinyAgent,
     bpe: &Bpe,
@@ -346,6 +354,9 @@ pub fn train(
     std::fs::create_dir_all(run_dir).map_err(|err| format!("cannot create {}: {err}", run_dir.display()))?;
     let json = serde_json::to_string_pretty(schedule).map_err(|err| err.to_string())?;
     std::fs::write(run_dir.join("schedule.json"), json).map_err(|err| format!("cannot write the schedule: {err}"))?;
+    if let Some(config) = algorithm.config_json() {
+        std::fs::write(run_dir.join("config.json"), config).map_err(|err| format!("cannot write the config: {err}"))?;
+    }
     let mut metrics = std::fs::File::create(run_dir.join("metrics.jsonl")).map_err(|err| format!("cannot write metrics: {err}"))?;
     let mut opt = nn::AdamW::default().build(&model.vs, schedule.lr).map_err(|err| err.to_string())?;
     let bar = progress(schedule.iterations as u64, &schedule.name);

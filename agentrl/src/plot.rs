@@ -56,6 +56,8 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
     /// Draw a dot at every point as well (for sparse data such as few H values).
     pub markers: bool,
+    /// A shaded band around the line, (x, low, high) per point: an interval over seeds.
+    pub band: Vec<(f64, f64, f64)>,
 }
 
 /// A line chart; `x_range` and `y_range` fix the visible window.
@@ -75,7 +77,15 @@ pub struct LineChart {
 impl Series {
     /// A series drawn as a plain line.
     pub fn new(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
-        Series { label: label.into(), points, markers: false }
+        Series { label: label.into(), points, markers: false, band: Vec::new() }
+    }
+
+    /// A line through the means and a band from low to high: `band[i]` is
+    /// (mean, low, high) at `xs[i]`.
+    pub fn banded(label: impl Into<String>, xs: &[f64], band: &[(f64, f64, f64)]) -> Self {
+        assert_eq!(xs.len(), band.len(), "one x per band point");
+        let points = xs.iter().zip(band).map(|(&x, &(mean, _, _))| (x, mean)).collect();
+        Series { band: xs.iter().zip(band).map(|(&x, &(_, low, high))| (x, low, high)).collect(), ..Series::new(label, points) }
     }
 
     /// The same series with a dot at every point.
@@ -185,6 +195,10 @@ impl LineChart {
             .draw()
             .map_err(|err| err.to_string())?;
 
+        for (index, series) in self.series.iter().enumerate().filter(|(_, s)| !s.band.is_empty()) {
+            let outline: Vec<(f64, f64)> = series.band.iter().map(|&(x, low, _)| (x, low)).chain(series.band.iter().rev().map(|&(x, _, high)| (x, high))).collect();
+            chart.draw_series(std::iter::once(Polygon::new(outline, series_colour(index).mix(0.18).filled()))).map_err(|err| err.to_string())?;
+        }
         for (index, series) in self.series.iter().enumerate() {
             let colour = series_colour(index);
             let line = LineSeries::new(series.points.iter().copied(), colour.stroke_width(2));

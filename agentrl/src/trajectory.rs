@@ -109,6 +109,59 @@ pub fn policy_logprobs(model: &TinyAgent, batch: &Batch) -> Tensor {
 }
 // ANCHOR_END: batch
 
+// ANCHOR: check
+/// How the recomputed log-probs compare with the sampling log-probs on the action tokens.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LogprobGap {
+    /// Action tokens compared (mask 1).
+    pub tokens: usize,
+    /// Largest |recomputed − sampled| log-prob over those tokens.
+    pub max_abs: f64,
+    /// Mean |recomputed − sampled| log-prob per token.
+    pub mean_abs: f64,
+    /// Mean ratio exp(recomputed − sampled) per token: 1 when the two agree.
+    pub mean_ratio: f64,
+}
+
+/// The check to run before the first update, when the policy is still the one
+/// that sampled: on every action token the log-prob that training recomputes
+/// (`recomputed`, [B, T], e.g. from `policy_logprobs`) must equal the one
+/// stored at sampling time, up to `tolerance`. `Ok` carries the measured gap;
+/// `Err` says how far apart the two are.
+pub fn check_logprobs(recomputed: &Tensor, batch: &Batch, tolerance: f64) -> Result<LogprobGap, String> {
+    let diff = (recomputed - &batch.logprobs) * &batch.mask; // [B, T], 0 off the mask
+    let tokens = batch.mask.sum(REAL).double_value(&[]);
+    let gap = LogprobGap {
+        tokens: tokens as usize,
+        max_abs: diff.abs().max().double_value(&[]),
+        mean_abs: diff.abs().sum(REAL).double_value(&[]) / tokens,
+        mean_ratio: (diff.exp() * &batch.mask).sum(REAL).double_value(&[]) / tokens,
+    };
+    if gap.max_abs <= tolerance {
+        Ok(gap)
+    } else {
+        Err(format!(
+            "recomputed log-probs are not the sampling ones: max |gap| {:.4} > {tolerance:e} (mean |gap| {:.4}, mean ratio {:.4}, {} action tokens)",
+            gap.max_abs, gap.mean_abs, gap.mean_ratio, gap.tokens
+        ))
+    }
+}
+// ANCHOR_END: check
+
+// ANCHOR: tempered
+
+/// `policy_logprobs` with the logits divided by `temperature` first: the
+/// log-probs of the distribution that `Sampling { temperature, top_p: 1.0 }`
+/// draws from, [B, T] (position 0 gets 0).
+pub fn policy_logprobs_at(model: &TinyAgent, batch: &Batch, temperature: f64) -> Tensor {
+    let (b, t) = batch.ids.size2().unwrap();
+    let logits = model.logits(&batch.ids, &batch.valid).narrow(1, 0, t - 1) / temperature; // [B, T-1, V]
+    let next = batch.ids.narrow(1, 1, t - 1).unsqueeze(-1); // [B, T-1, 1]
+    let logp = logits.log_softmax(-1, REAL).gather(-1, &next, false).squeeze_dim(-1); // [B, T-1]
+    Tensor::cat(&[Tensor::zeros([b, 1], (REAL, logp.device())), logp], 1) // [B, T]
+}
+// ANCHOR_END: tempered
+
 // ANCHOR: loss
 /// The mean negative log-likelihood over the tokens `weights` selects:
 /// `Σ w_t (−log π(x_t | x_<t)) / Σ w_t`. With `batch.mask` as the weights
@@ -193,12 +246,33 @@ mod tests {
         }
         let batch = collate(&trajectories, Device::Cpu);
         let recomputed = policy_logprobs(&model, &batch);
-        let gap = ((&recomputed - &batch.logprobs) * &batch.mask).abs().max().double_value(&[]);
-        assert!(gap < 1e-4, "sampling and recomputed log-probs differ by {gap}");
+        let gap = check_logprobs(&recomputed, &batch, 1e-4).unwrap();
+        assert!((gap.mean_ratio - 1.0).abs() < 1e-4, "mean ratio {}", gap.mean_ratio);
         // Off the mask the stored log-probs are 0, and padding is not valid.
         assert_eq!((&batch.logprobs * (batch.mask.ones_like() - &batch.mask)).abs().sum(REAL).double_value(&[]), 0.0);
         let lengths: Vec<i64> = trajectories.iter().map(|t| t.ids.len() as i64).collect();
         assert_eq!(Vec::<i64>::try_from(batch.valid.sum_dim_intlist(1, false, tch::Kind::Int64)).unwrap(), lengths);
+    }
+
+    #[test]
+    fn the_logprob_check_fails_on_a_temperature_mismatch_and_passes_when_scored_alike() {
+        let (tasks, bpe, model) = setup();
+        let cool = Sampling { temperature: 0.5, top_p: 1.0 };
+        let policy = LmPolicy { model: &model, bpe: &bpe, sampling: cool, max_action_tokens: 5 };
+        let played = play(&policy, &tasks, &[0, 1, 2, 3, 4, 5], 3, &mut StdRng::seed_from_u64(0));
+        let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
+        let batch = collate(&trajectories, Device::Cpu);
+        let plain = policy_logprobs(&model, &batch); // [B, T], temperature 1
+        let err = check_logprobs(&plain, &batch, 1e-4).unwrap_err();
+        assert!(err.contains("max |gap|"), "{err}");
+        let gap = ((&plain - &batch.logprobs) * &batch.mask).abs().max().double_value(&[]);
+        assert!(gap > 1e-2, "a temperature of 0.5 should move some log-prob by more than 0.01, not {gap}");
+        let scored = policy_logprobs_at(&model, &batch, cool.temperature); // [B, T]
+        let ok = check_logprobs(&scored, &batch, 1e-4).unwrap();
+        assert!(ok.max_abs < 1e-4 && (ok.mean_ratio - 1.0).abs() < 1e-4);
+        assert_eq!(ok.tokens, trajectories.iter().map(|t| t.action_mask().iter().filter(|&&m| m).count()).sum::<usize>());
+        // At temperature 1 the scaled recompute is the plain one.
+        assert!((policy_logprobs_at(&model, &batch, 1.0) - &plain).abs().max().double_value(&[]) < 1e-12);
     }
 
     #[test]

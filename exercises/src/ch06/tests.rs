@@ -253,7 +253,7 @@ fn ex4_hand_written_step_equals_reinforce_step() {
 /// The gradient of `reinforce_loss` with respect to `logp`, by autograd, as rows.
 fn autograd_loss_grad(logp: &Tensor, mask: &Tensor, returns: &Tensor) -> Vec<Vec<f32>> {
     let logp = logp.detach().set_requires_grad(true); // [B, T]
-    reinforce_loss(&logp, mask, returns).backward();
+    reinforce_loss(&logp, mask, &(returns.unsqueeze(1) * mask)).backward();
     Vec::<Vec<f32>>::try_from(logp.grad()).unwrap()
 }
 

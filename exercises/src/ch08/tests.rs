@@ -16,14 +16,14 @@ use crate::testkit::{assert_close, between, tensor, to_vec};
 
 /// The library's clipped surrogate for one token with the given ratio (log π_old = 0).
 fn library_objective(ratio: f64, advantage: f64, eps: f64) -> f64 {
-    clipped_surrogate(&tensor(&[ratio.ln()]), &tensor(&[0.0]), &tensor(&[advantage]), eps).double_value(&[0])
+    clipped_surrogate(&tensor(&[ratio.ln()]), &tensor(&[0.0]), &tensor(&[advantage]), (eps, eps)).double_value(&[0])
 }
 
 /// d(surrogate)/d(log π) per token, by autograd through the library's clipped surrogate.
 fn library_slopes(ratios: &[f64], advantages: &[f64], eps: f64) -> Vec<f64> {
     let logp = tensor(&ratios.iter().map(|r| r.ln()).collect::<Vec<_>>()).set_requires_grad(true);
     let old = Tensor::zeros([ratios.len() as i64], (Kind::Double, tch::Device::Cpu));
-    clipped_surrogate(&logp, &old, &tensor(advantages), eps).sum(Kind::Double).backward();
+    clipped_surrogate(&logp, &old, &tensor(advantages), (eps, eps)).sum(Kind::Double).backward();
     to_vec(&logp.grad())
 }
 
@@ -364,7 +364,7 @@ fn ex5_a_token_moves_exactly_when_it_is_pushed() {
             break;
         }
         let x = tensor(&logp).set_requires_grad(true);
-        clipped_surrogate(&x, &tensor(&old), &tensor(&advantages), eps).sum(Kind::Double).backward();
+        clipped_surrogate(&x, &tensor(&old), &tensor(&advantages), (eps, eps)).sum(Kind::Double).backward();
         let next: Vec<f64> = logp.iter().zip(to_vec(&x.grad())).map(|(l, g)| l + lr * g).collect();
         for i in 0..n {
             if !near_kink(ratios[i], eps, 1e-9) {

@@ -2,7 +2,7 @@
 //! `cargo test -p exercises ch09`.
 //!
 //! The tests compare your answers with `agentrl::grpo` (the gradients of
-//! `grpo_loss` and `clip_range_surrogate` by autograd, and
+//! `grpo_loss` and `clipped_surrogate` by autograd, and
 //! `informative_groups` on simulated groups) and with
 //! `agentrl::advantage::group_advantages`. The answers themselves are plain
 //! `f64` arithmetic; do not call the function an exercise is checked against.

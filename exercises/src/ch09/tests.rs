@@ -3,13 +3,15 @@
 //! Each test is named after its exercise (`ex3_...` grades Exercise 9.3) and
 //! checks consequences of the exercise's statement, computed here from the
 //! `agentrl` library (the gradients of `grpo::grpo_loss` and
-//! `grpo::clip_range_surrogate` by autograd, `grpo::informative_groups` on
+//! `ppo::clipped_surrogate` by autograd, `grpo::informative_groups` on
 //! simulated groups, `advantage::group_advantages`), not values copied from
 //! one particular solution.
 
 use super::*;
 use agentrl::advantage::{group_advantages, GroupBaseline};
-use agentrl::grpo::{clip_range_surrogate, grpo_loss, informative_groups, LossNorm};
+use agentrl::grpo::{grpo_loss, informative_groups, LossNorm};
+use agentrl::pg::per_token;
+use agentrl::ppo::clipped_surrogate;
 use agentrl::mdp::{sample_action, seeded_rng, StdRng};
 use tch::Kind;
 
@@ -48,7 +50,9 @@ fn autograd_weights(lengths: &[usize], advantages: &[f64], norm: LossNorm, rng: 
     let shape = [b as i64, t as i64];
     let logp = tensor(&logp).view(shape).set_requires_grad(true);
     let eps = (between(0.1, 0.3, rng), between(0.1, 0.4, rng));
-    let (loss, _) = grpo_loss(&logp, &logp.detach(), &tensor(advantages), &tensor(&mask).view(shape), eps, norm);
+    let mask = tensor(&mask).view(shape);
+    let (loss, _) = grpo_loss(&logp, &logp.detach(), &per_token(advantages, &mask), &mask, eps, norm);
+    let mask = Vec::<f64>::try_from(mask.view([-1])).unwrap();
     loss.backward();
     let grad = to_vec(&logp.grad());
     for (i, g) in grad.iter().enumerate() {
@@ -249,11 +253,11 @@ fn ex3_limits_and_shape() {
 // Exercise 9.4
 // ---------------------------------------------------------------------------
 
-/// d(surrogate)/d(log π) by autograd through `clip_range_surrogate`, for a token
+/// d(surrogate)/d(log π) by autograd through `clipped_surrogate`, for a token
 /// whose probability went from `old_prob` to `prob` (ε_low = 0.2).
 fn surrogate_slope(prob: f64, old_prob: f64, advantage: f64, eps_high: f64) -> f64 {
     let logp = tensor(&[prob.ln()]).set_requires_grad(true);
-    clip_range_surrogate(&logp, &tensor(&[old_prob.ln()]), &tensor(&[advantage]), 0.2, eps_high).sum(Kind::Double).backward();
+    clipped_surrogate(&logp, &tensor(&[old_prob.ln()]), &tensor(&[advantage]), (0.2, eps_high)).sum(Kind::Double).backward();
     logp.grad().double_value(&[0])
 }
 
@@ -294,7 +298,7 @@ fn ex4_gradient_ascent_stops_at_the_ceiling() {
             let mut stopped = false;
             for _ in 0..3000 {
                 let zt = tensor(&[z]).set_requires_grad(true);
-                clip_range_surrogate(&zt.log_sigmoid(), &tensor(&[old.ln()]), &tensor(&[1.0]), 0.2, eps).sum(Kind::Double).backward();
+                clipped_surrogate(&zt.log_sigmoid(), &tensor(&[old.ln()]), &tensor(&[1.0]), (0.2, eps)).sum(Kind::Double).backward();
                 let grad = zt.grad().double_value(&[0]);
                 if grad == 0.0 {
                     stopped = true;
