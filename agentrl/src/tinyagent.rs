@@ -4,8 +4,8 @@
 //! batched generation with a KV cache.
 //!
 //! Shapes in comments: `B` sequences in a batch, `T` new positions, `S` key
-//! positions (cached + new), `H` heads of width `E = D / H`, `D` the model
-//! width, `V` the vocabulary.
+//! positions (cached + new), `D` the model width, `n_head` heads of width
+//! `d_head = D / n_head`, `V` the vocabulary.
 
 use crate::book::REAL;
 use rand::rngs::StdRng;
@@ -64,26 +64,61 @@ impl Block {
     /// attention without a cache; `past`: this layer's cached keys and values,
     /// whose first `filled` = S - T positions are in use, extended in place.
     fn forward(&self, x: &Tensor, allowed: Option<&Tensor>, past: &mut Option<(Tensor, Tensor)>, filled: i64) -> Tensor {
+        let x = x + self.attention(&x.apply(&self.ln1), allowed, past, filled);
+        let hidden = x.apply(&self.ln2).apply(&self.up).gelu("none"); // [B, T, 4D]
+        &x + hidden.apply(&self.down)
+    }
+
+    /// Multi-head causal self-attention of the normalised `x` [B, T, D], the
+    /// output projection included: [B, T, D].
+    fn attention(&self, x: &Tensor, allowed: Option<&Tensor>, past: &mut Option<(Tensor, Tensor)>, filled: i64) -> Tensor {
         let (b, t, d) = x.size3().unwrap();
-        let heads = |z: Tensor| z.view([b, t, self.n_head, d / self.n_head]).transpose(1, 2); // [B, H, T, E]
-        let qkv = x.apply(&self.ln1).apply(&self.qkv).split(d, -1); // 3 × [B, T, D]
+        let heads = |z: Tensor| z.view([b, t, self.n_head, d / self.n_head]).transpose(1, 2); // [B, n_head, T, d_head]
+        let qkv = x.apply(&self.qkv).split(d, -1); // 3 × [B, T, D]
         let (q, k, v) = (heads(qkv[0].shallow_clone()), heads(qkv[1].shallow_clone()), heads(qkv[2].shallow_clone()));
-        let (k, v) = append(past, k, v, filled); // [B, H, S, E] each
-        // softmax(q kᵀ / √E) v over the allowed keys, in one fused kernel.
+        let (k, v) = append(past, k, v, filled); // [B, n_head, S, d_head] each
+        // softmax(q kᵀ / √d_head) v over the allowed keys, every head at once, in one fused kernel.
         let attended = match allowed {
             Some(mask) => Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false),
             None => Tensor::scaled_dot_product_attention::<Tensor>(&q, &k, &v, None, 0.0, true, None, false),
-        }; // [B, H, T, E]
-        let attended = attended.transpose(1, 2).reshape([b, t, d]); // [B, T, D]
-        let x = x + attended.apply(&self.proj);
-        let hidden = x.apply(&self.ln2).apply(&self.up).gelu("none"); // [B, T, 4D]
-        &x + hidden.apply(&self.down)
+        }; // [B, n_head, T, d_head]
+        let attended = attended.transpose(1, 2).reshape([b, t, d]); // [B, T, D]: the heads side by side
+        attended.apply(&self.proj)
     }
 }
 // ANCHOR_END: block
 
+// ANCHOR: reference_attention
+impl Block {
+    /// The same attention as [`Block::attention`], written out head by head
+    /// from its definition, for checking the fused kernel (the model never
+    /// calls it). `x`: [B, T, D], normalised; `valid`: [B, T], false on
+    /// padding; no cache. Returns [B, T, D].
+    fn attention_reference(&self, x: &Tensor, valid: &Tensor) -> Tensor {
+        let (b, t, d) = x.size3().unwrap();
+        let d_head = d / self.n_head;
+        // Query i may see key i' if i' <= i and i' is a real token, and always itself.
+        let query = Tensor::arange(t, (Kind::Int64, x.device())).view([t, 1]);
+        let key = Tensor::arange(t, (Kind::Int64, x.device())).view([1, t]);
+        let seen = key.le_tensor(&query).unsqueeze(0).logical_and(&valid.unsqueeze(1)).logical_or(&key.eq_tensor(&query).unsqueeze(0)); // [B, T, T]
+        let mask = Tensor::zeros([b, t, t], (x.kind(), x.device())).masked_fill(&seen.logical_not(), f64::NEG_INFINITY); // [B, T, T]: M, 0 or -inf
+        let qkv = x.apply(&self.qkv); // [B, T, 3D]: X W_Q + b_Q, X W_K + b_K, X W_V + b_V side by side
+        let heads: Vec<Tensor> = (0..self.n_head)
+            .map(|u| {
+                let q = qkv.narrow(2, u * d_head, d_head); // [B, T, d_head]: Q_u, head u's columns of the queries
+                let k = qkv.narrow(2, d + u * d_head, d_head); // [B, T, d_head]: K_u
+                let v = qkv.narrow(2, 2 * d + u * d_head, d_head); // [B, T, d_head]: V_u
+                let scores = q.matmul(&k.transpose(1, 2)) / (d_head as f64).sqrt() + &mask; // [B, T, T]
+                scores.softmax(-1, x.kind()).matmul(&v) // [B, T, d_head]: head_u, each row a weighted mean of values
+            })
+            .collect();
+        Tensor::cat(&heads, 2).apply(&self.proj) // [B, T, D]: (head_1 ‖ … ‖ head_n_head) W_O + b_O
+    }
+}
+// ANCHOR_END: reference_attention
+
 // ANCHOR: cache
-/// Write the new keys and values `k`, `v` [B, H, T, E] after the `filled`
+/// Write the new keys and values `k`, `v` [B, n_head, T, d_head] after the `filled`
 /// positions in use of a layer's cache and return the keys and values of all
 /// S = filled + T positions. Sampling appends one position at a time, so the
 /// cache keeps spare room and writes into it, instead of copying everything
@@ -133,7 +168,7 @@ impl KvCache {
         let index = Tensor::from_slice(&keep.iter().map(|&i| i as i64).collect::<Vec<_>>());
         for (k, v) in self.layers.iter_mut().flatten() {
             let index = index.to_device(k.device());
-            (*k, *v) = (k.index_select(0, &index), v.index_select(0, &index)); // [B', H, S, E]
+            (*k, *v) = (k.index_select(0, &index), v.index_select(0, &index)); // [B', n_head, S, d_head]
         }
         if let Some(valid) = &self.valid {
             self.valid = Some(valid.index_select(0, &index.to_device(valid.device()))); // [B', S]
@@ -157,6 +192,35 @@ impl KvCache {
     }
 }
 // ANCHOR_END: cache
+
+// ANCHOR: mask
+/// Which keys each of the last `t` positions may attend to, given which of
+/// all S positions are real tokens (`valid_all` [B, S]; the first `past` are
+/// in the cache): query i, at absolute position past + i, sees the real keys
+/// at positions <= past + i, and always itself. [B, 1, T, S], or `None` when
+/// that is plain causal attention (no cache and no padding before a real token).
+fn attention_mask(valid_all: &Tensor, past: i64, t: i64) -> Option<Tensor> {
+    let s = past + t;
+    let valid = valid_all.narrow(1, past, t); // [B, T]
+    let pad_then_real = t > 1 && valid.narrow(1, 1, t - 1).logical_and(&valid.narrow(1, 0, t - 1).logical_not()).any().int64_value(&[]) != 0;
+    (past > 0 || pad_then_real).then(|| {
+        let query = Tensor::arange_start(past, s, (Kind::Int64, valid_all.device())).view([t, 1]);
+        let key = Tensor::arange(s, (Kind::Int64, valid_all.device())).view([1, s]);
+        let causal = key.le_tensor(&query); // [T, S]
+        let allowed = causal.unsqueeze(0).logical_and(&valid_all.unsqueeze(1)).logical_or(&key.eq_tensor(&query).unsqueeze(0)); // [B, T, S]
+        allowed.unsqueeze(1) // [B, 1, T, S]
+    })
+}
+// ANCHOR_END: mask
+
+/// Which computation [`TinyAgent::attention`] uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attention {
+    /// libtorch's fused scaled-dot-product kernel, as in the model's forward pass.
+    Fused,
+    /// The definition written out head by head (`Block::attention_reference`).
+    Reference,
+}
 
 /// The model: token and position embeddings, blocks, a final LayerNorm and an
 /// output head tied to the token embedding.
@@ -214,19 +278,9 @@ impl TinyAgent {
             Some(old) => Tensor::cat(&[old, valid], 1),
             None => valid.shallow_clone(),
         }; // [B, S]
-        let s = past + t;
         // A token's position counts the real tokens before it, so left padding does not shift it.
         let positions = (valid_all.to_kind(Kind::Int64).cumsum(1, Kind::Int64) - 1).clamp_min(0).narrow(1, past, t); // [B, T]
-        // Query i (absolute position past + i) sees real keys j <= past + i, and always itself.
-        // Without a cache and without left padding that is plain causal attention.
-        let pad_then_real = t > 1 && valid.narrow(1, 1, t - 1).logical_and(&valid.narrow(1, 0, t - 1).logical_not()).any().int64_value(&[]) != 0;
-        let allowed = (past > 0 || pad_then_real).then(|| {
-            let query = Tensor::arange_start(past, s, (Kind::Int64, ids.device())).view([t, 1]);
-            let key = Tensor::arange(s, (Kind::Int64, ids.device())).view([1, s]);
-            let causal = key.le_tensor(&query); // [T, S]
-            let allowed = causal.unsqueeze(0).logical_and(&valid_all.unsqueeze(1)).logical_or(&key.eq_tensor(&query).unsqueeze(0)); // [B, T, S]
-            allowed.unsqueeze(1) // [B, 1, T, S]
-        });
+        let allowed = attention_mask(&valid_all, past, t); // [B, 1, T, S] or None
         let mut x = ids.apply(&self.wte) + positions.apply(&self.wpe); // [B, T, D]
         cache.layers.resize_with(self.blocks.len(), || None);
         for (block, past_kv) in self.blocks.iter().zip(cache.layers.iter_mut()) {
@@ -237,13 +291,26 @@ impl TinyAgent {
     }
     // ANCHOR_END: forward
 
+    /// The attention of block `layer` (its projections included, not its
+    /// residual connection) on `x` [B, T, D], the block's normalised input,
+    /// for sequences whose real tokens `valid` [B, T] marks, without a cache:
+    /// computed by the fused kernel the model uses, or by the reference written
+    /// out head by head. Returns [B, T, D].
+    pub fn attention(&self, layer: usize, x: &Tensor, valid: &Tensor, kernel: Attention) -> Tensor {
+        let block = &self.blocks[layer];
+        match kernel {
+            Attention::Fused => block.attention(x, attention_mask(valid, 0, x.size()[1]).as_ref(), &mut None, 0),
+            Attention::Reference => block.attention_reference(x, valid),
+        }
+    }
+
     /// Logits for whole sequences, no cache kept.
     pub fn logits(&self, ids: &Tensor, valid: &Tensor) -> Tensor {
         self.forward(ids, valid, &mut KvCache::default())
     }
 
     // ANCHOR: logprobs
-    /// log π(x_{t+1} | x_{≤t}) for every next token of `ids` [B, T]: [B, T - 1].
+    /// log π(x_{i+1} | x_{≤i}) for every next token of `ids` [B, T]: [B, T - 1].
     pub fn token_logprobs(&self, ids: &Tensor, valid: &Tensor) -> Tensor {
         let (_, t) = ids.size2().unwrap();
         let logits = self.logits(ids, valid).narrow(1, 0, t - 1); // [B, T-1, V]
@@ -451,6 +518,37 @@ mod tests {
         let _turn = crate::book::seeded(7);
         TinyAgent::new(Config { vocab: 50, n_ctx: 64, d_model: 32, n_layer: 2, n_head: 4 }, Device::Cpu)
     }
+
+    // ANCHOR: reference_test
+    #[test]
+    fn the_fused_kernel_computes_multi_head_attention() {
+        let model = tiny(); // D = 32, n_head = 4, d_head = 8
+        // Larger query, key and value weights than at initialisation, so that the
+        // attention weights are far from uniform and a wrong scale or mask would show.
+        for (name, mut w) in model.vs.variables() {
+            if name.ends_with("qkv.weight") {
+                tch::no_grad(|| w *= 10.0);
+            }
+        }
+        let mut rng = StdRng::seed_from_u64(5);
+        let (b, t, d) = (3, 7, 32);
+        let xs: Vec<f64> = (0..b * t * d).map(|_| rng.random_range(-2.0..2.0)).collect();
+        let x = Tensor::from_slice(&xs).view([b, t, d]).to_kind(REAL); // [B, T, D]
+        // Row 0 has no padding, row 1 is left-padded (as in generation), row 2 right-padded (as in pretraining).
+        let valid = Tensor::from_slice(&[1i64, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]).view([b, t]).to_kind(Kind::Bool); // [B, T]
+        // The whole batch (an explicit mask) and row 0 alone (the kernel's causal flag, no mask).
+        for (x, valid) in [(x.shallow_clone(), valid.shallow_clone()), (x.narrow(0, 0, 1), valid.narrow(0, 0, 1))] {
+            for layer in 0..2 {
+                let fused = model.attention(layer, &x, &valid, Attention::Fused); // [B, T, D]
+                let reference = model.attention(layer, &x, &valid, Attention::Reference); // [B, T, D]
+                // Compared at the real tokens: nothing reads a padding position's output.
+                let gap = ((&fused - &reference).abs() * valid.unsqueeze(-1)).max().double_value(&[]);
+                assert!(gap < 1e-10, "layer {layer}: fused and reference attention differ by {gap}");
+                assert!(reference.abs().max().double_value(&[]) > 0.1, "the outputs are not all near zero");
+            }
+        }
+    }
+    // ANCHOR_END: reference_test
 
     #[test]
     fn cached_logits_match_recomputed_logits() {

@@ -56,12 +56,14 @@ const PINNED: &[(&str, &[&str])] = &[
 const GOALS: &[(&str, &str, &str, f64, f64)] = &[
     // The base model must speak the action grammar.
     ("03-language-models-as-policies", " calls: ", "% parse", 95.0, 100.0),
-    // REINFORCE must take the base model well above its chance level (about 0.2).
-    ("06-policy-gradients", "iteration 24: held-out success ", ",", 0.5, 1.0),
+    // REINFORCE must take the base model, averaged over its seeds, well above
+    // its chance level (about 0.2).
+    ("06-policy-gradients", "REINFORCE mean held-out success over 4 seeds: ", " at iteration 0", 0.0, 0.3),
+    ("06-policy-gradients", "at iteration 0 -> ", " at iteration 24", 0.5, 1.0),
     // The main loop starts from a base model at most 30 % successful and must
-    // take it, averaged over three seeds, to at least 70 %.
+    // take it, averaged over three seeds, to at least 80 % (issue 10).
     ("09-grpo-and-the-training-loop", "GRPO++ mean held-out success over 3 seeds: ", " at iteration 0", 0.0, 0.3),
-    ("09-grpo-and-the-training-loop", "at iteration 0 -> ", " at iteration 24", 0.7, 1.0),
+    ("09-grpo-and-the-training-loop", "at iteration 0 -> ", " at iteration 24", 0.8, 1.0),
 ];
 
 fn goal_problems(chapter: &Chapter, outputs: &[String]) -> Vec<String> {

@@ -60,7 +60,7 @@ pub fn sequence_logprob(model: &TinyAgent, prompt: &[u32], continuation: &[u32])
     tail.to_device(Device::Cpu).sum(Kind::Double).double_value(&[])
 }
 
-/// Exercise 3.5: $j \le \text{past} + i$ and `valid[b][j]`, or $j = \text{past} + i$.
+/// Exercise 3.5: $i' \le \text{past} + i$ and `valid[b][i']`, or $i' = \text{past} + i$.
 pub fn allowed_keys(valid: &[Vec<bool>], past: usize) -> Vec<Vec<Vec<bool>>> {
     valid
         .iter()
@@ -71,7 +71,7 @@ pub fn allowed_keys(valid: &[Vec<bool>], past: usize) -> Vec<Vec<Vec<bool>>> {
         .collect()
 }
 
-/// Exercise 3.6 (a): a key and a value of width $D$ ($H$ heads of $E = D / H$)
+/// Exercise 3.6 (a): a key and a value of width $D$ ($n_{\text{head}}$ heads of $d_{\text{head}} = D / n_{\text{head}}$)
 /// per layer, row and position.
 pub fn kv_cache_floats(config: &Config, batch: i64, positions: i64) -> i64 {
     2 * config.n_layer * batch * positions * config.d_model

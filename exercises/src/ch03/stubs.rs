@@ -48,14 +48,15 @@ pub fn nucleus(probs: &[f64], top_p: f64) -> Vec<usize> {
 // Exercise 3.3: entropy and temperature
 // ---------------------------------------------------------------------------
 
-/// Exercise 3.3: the entropy, in nats, of $\mathrm{softmax}(z / T)$.
+/// Exercise 3.3: the entropy, in nats, of $\mathrm{softmax}(z / \kappa)$.
 ///
-/// `logits` is one row $z$ of length $V$ and `temperature` is $T > 0$.
-/// Return $H = -\sum_i p_i \ln p_i$ with $p = \mathrm{softmax}(z / T)$,
-/// computed in `f64`. It must stay finite for very small and very large $T$
-/// (think about what overflows, and about $0 \ln 0$).
+/// `logits` is one row $z$ of length $V$ and `temperature` is $\kappa > 0$.
+/// Return $\mathcal{H} = -\sum_v \pi_\kappa(v) \ln \pi_\kappa(v)$ with
+/// $\pi_\kappa = \mathrm{softmax}(z / \kappa)$, computed in `f64`. It must stay
+/// finite for very small and very large $\kappa$ (think about what
+/// overflows, and about $0 \ln 0$).
 pub fn temperature_entropy(logits: &[f64], temperature: f64) -> f64 {
-    todo!("Exercise 3.3: -sum p ln p for p = softmax(logits / T), computed stably")
+    todo!("Exercise 3.3: -sum p ln p for p = softmax(logits / temperature), computed stably")
 }
 
 // ---------------------------------------------------------------------------
@@ -84,11 +85,12 @@ pub fn sequence_logprob(model: &TinyAgent, prompt: &[u32], continuation: &[u32])
 /// `valid[b]` has one entry per position of row `b`, cached and new
 /// together ($S$ entries, the same for every row), true for a real token and
 /// false for padding. The first `past` positions are already in the cache, so
-/// there are $T = S - \text{past}$ new queries. Return `allowed[b][i][j]`
-/// for $i < T$ and $j < S$: query $i$ sits at absolute position
-/// $\text{past} + i$ and may see key $j$ when $j \le \text{past} + i$ and
-/// key $j$ is a real token; it may always see itself (so that a padding query
-/// still has one key, and its softmax is defined).
+/// there are $T = S - \text{past}$ new queries. Return
+/// $\text{allowed}[b][i][i']$ for $i < T$ and $i' < S$: query $i$ sits at
+/// absolute position $\text{past} + i$ and may see key $i'$ when
+/// $i' \le \text{past} + i$ and key $i'$ is a real token; it may always see
+/// itself (so that a padding query still has one key, and its softmax is
+/// defined).
 ///
 /// This is the pattern `TinyAgent::forward` builds for a left-padded batch
 /// and for every step that uses the cache.

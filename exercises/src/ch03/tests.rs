@@ -103,7 +103,7 @@ fn ex2_draw_samples_exactly_the_nucleus() {
         let probs = draw_probs(&logits, temperature);
         for top_p in [0.0, 0.3, 0.62, 0.9, 0.99, 1.0] {
             let kept = nucleus(&probs, top_p);
-            let what = format!("T = {temperature}, top_p = {top_p}");
+            let what = format!("κ = {temperature}, ν = {top_p}");
             assert!(!kept.is_empty(), "{what}: at least one token");
             let mass: f64 = kept.iter().map(|&i| probs[i]).sum();
             let sampling = Sampling { temperature, top_p };
@@ -139,7 +139,7 @@ fn ex3_matches_the_library_entropy() {
     for row in rows {
         for temperature in [0.25, 0.5, 1.0, 2.5, 10.0] {
             let got = temperature_entropy(row, temperature);
-            assert_close(&format!("{row:?} at T = {temperature}"), got, library_entropy(row, temperature), 1e-5);
+            assert_close(&format!("{row:?} at κ = {temperature}"), got, library_entropy(row, temperature), 1e-5);
         }
     }
 }
@@ -151,7 +151,7 @@ fn ex3_temperature_moves_entropy_between_zero_and_ln_v() {
     let mut last = -1.0;
     for temperature in [0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 20.0, 100.0] {
         let h = temperature_entropy(&row, temperature);
-        assert!(h > last, "entropy must rise with T: {h} at T = {temperature} after {last}");
+        assert!(h > last, "entropy must rise with κ: {h} at κ = {temperature} after {last}");
         assert!((0.0..=ln_v + 1e-12).contains(&h), "entropy {h} outside [0, ln V]");
         last = h;
     }
@@ -161,7 +161,7 @@ fn ex3_temperature_moves_entropy_between_zero_and_ln_v() {
     assert_close("a uniform row", temperature_entropy(&[0.7; 9], 0.01), 9f64.ln(), 1e-9);
     // Large logits at a small temperature overflow a naive exp.
     let big = temperature_entropy(&[80.0, 79.0, -80.0], 0.01);
-    assert!(big.is_finite() && big >= 0.0, "got {big} for large logits at T = 0.01");
+    assert!(big.is_finite() && big >= 0.0, "got {big} for large logits at κ = 0.01");
     let shifted = temperature_entropy(&[81.0, 80.0, 78.5], 1.0);
     assert_close("adding a constant to every logit", shifted, library_entropy(&[1.0, 0.0, -1.5], 1.0), 1e-5);
 }
