@@ -322,8 +322,16 @@ fn stamp() -> String {
 
 /// Store `bpe` and `model` in `base_dir()` as the book's base model (they
 /// must have been trained with `BASE`, as Chapter 3 does).
+/// If a base model with the same settings is stored already, it is kept: the
+/// chapters and notebooks of one test command must all start from the same
+/// weights, whichever CPU setting trained them first (two settings agree to
+/// about 1e-9 after pretraining, enough to flip a sampled token now and then).
 pub fn save_as_base(bpe: &Bpe, model: &TinyAgent) {
-    save_base(&base_dir(), bpe, model, &stamp());
+    let dir = base_dir();
+    let stored = std::fs::read_to_string(dir.join("config.json")).ok().as_deref() == Some(stamp().as_str()) && dir.join("tinyagent.safetensors").exists() && dir.join("tokenizer.json").exists();
+    if !stored {
+        save_base(&dir, bpe, model, &stamp());
+    }
 }
 
 /// The base model from `base_dir()`, trained and saved first if it is not
