@@ -119,21 +119,24 @@ pub fn execute(notebook: &Path, figures_dir: &Path, kernel: &str, slot: usize) -
     // stray member of our workspace.
     let evcxr_dir = std::env::temp_dir().join(format!("agentrl-evcxr-{slot}"));
     std::fs::create_dir_all(&evcxr_dir).map_err(|e| e.to_string())?;
-    let status = Command::new(setup::venv().join("bin/jupyter-nbconvert"))
-        .args(["--to", "notebook", "--execute", "--ExecutePreprocessor.timeout=1800"])
-        .arg(format!("--ExecutePreprocessor.kernel_name={kernel}"))
-        .arg("--output")
-        .arg(&out_path)
+    // nbclient with a listener that keeps the last lines a cell prints
+    // (see the script's header)
+    let script = root().join("xtask/python/execute_notebook.py");
+    let status = Command::new(setup::venv().join("bin/python"))
+        .arg(&script)
+        .arg(kernel)
+        .arg("1800")
         .arg(notebook)
+        .arg(&out_path)
         .env("AGENTRL_FIGURES", figures_dir)
         .env("JUPYTER_PATH", setup::venv().join("share/jupyter"))
         // one build folder per slot, so tch is compiled once per slot, not per kernel
         .env("EVCXR_TMPDIR", &evcxr_dir)
         .current_dir(notebook.parent().unwrap())
         .status()
-        .map_err(|err| format!("could not start jupyter nbconvert: {err}"))?;
+        .map_err(|err| format!("could not start the notebook executor {}: {err}", script.display()))?;
     if !status.success() {
-        return Err(format!("jupyter nbconvert --execute failed for {} ({status})", notebook.display()));
+        return Err(format!("executing {} in Jupyter failed ({status})", notebook.display()));
     }
     let executed: Value = serde_json::from_str(&util::read(&out_path)?).map_err(|e| e.to_string())?;
     let mut outputs = Vec::new();
