@@ -1,4 +1,4 @@
-//! Chapter 4: how fast the BugFix gym runs.
+//! Chapter 3: how fast the BugFix gym runs.
 //!
 //! `cargo bench -p agentrl --bench gym` measures
 //! - `gym/random_episode`: one episode of the random policy on the train split,

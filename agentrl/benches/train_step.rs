@@ -50,4 +50,7 @@ fn main() {
     }
     println!("generated: {generated:.0} tokens/s (sampled by the policy, KV cache)");
     println!("trained:   {trained:.0} action tokens/s, {processed:.0} sequence tokens/s (forward + backward)");
+    let sequence: usize = steps.iter().map(|r| r.sequence_tokens.unwrap()).sum();
+    let actions: usize = steps.iter().map(|r| r.trained_tokens.unwrap()).sum();
+    println!("sequence tokens per trained action token: {:.2}", sequence as f64 / actions as f64);
 }

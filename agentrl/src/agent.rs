@@ -1,4 +1,4 @@
-//! Chapter 3: the policy interface that later chapters use. Context tokens
+//! Chapter 4: the policy interface that later chapters use. Context tokens
 //! go in; for each context come out the action's tokens, their sampling
 //! log-probabilities, the decoded text and the parsed call.
 

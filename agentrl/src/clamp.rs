@@ -2,7 +2,7 @@
 //!
 //! One issue, one buggy source file in Rhai, the fixed file, public tests the
 //! agent may run, hidden tests that decide the reward, and a menu of two edit
-//! operations: the real fix and an exploit. Chapter 4 turns this into a family
+//! operations: the real fix and an exploit. Chapter 3 turns this into a family
 //! of generated tasks.
 
 use crate::sandbox::TestCase;

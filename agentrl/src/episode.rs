@@ -5,7 +5,7 @@
 //! returns an observation, a reward and whether the episode ended.
 //! [`run_episode`] feeds a scripted list of messages through `step` and keeps a
 //! transcript of who wrote what; [`random_rollouts`] runs the untrained,
-//! uniformly random agent. Chapter 4 generalises all of this into the gym.
+//! uniformly random agent. Chapter 3 generalises all of this into the gym.
 
 use crate::clamp::{edit_op, CLAMP_BUGGY, CLAMP_ISSUE, HIDDEN_TESTS, PUBLIC_TESTS};
 use crate::sandbox::{all_pass, run_tests, shorten, TestLine};

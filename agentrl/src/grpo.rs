@@ -13,7 +13,7 @@ use crate::advantage::{group_advantages, GroupBaseline};
 use crate::book::REAL;
 use crate::pg::{per_token, Algorithm, Forward, Report, Run, Schedule};
 use crate::ppo::{clipped_surrogate, diagnostics, Diagnostics};
-use crate::pretrain::Played;
+use crate::rollout::Played;
 use crate::tinyagent::TinyAgent;
 use crate::trajectory::{Batch, Trajectory};
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! Chapter 4: the BugFix gym: tasks as data, bug families, generated
+//! Chapter 3: the BugFix gym: tasks as data, bug families, generated
 //! instances, the train / held-out split, and the environment.
 //!
 //! A [`Task`] is plain data (serialisable with serde): an issue, a Rhai

@@ -1,8 +1,7 @@
 //! `agentrl`: the code that *Agentic RL in Rust* derives, chapter by chapter.
 //!
 //! Each module names the chapter that introduces it and uses only modules of
-//! earlier chapters (or of its own chapter), with one exception: `pretrain`
-//! (Chapter 3) takes its text from the gym of Chapter 4. The chapters show this code by
+//! earlier chapters (or of its own chapter); `cargo xtask test` checks it. The chapters show this code by
 //! include, so what you read in the book is what runs here.
 //!
 //! | module | chapter | what it holds |
@@ -17,13 +16,14 @@
 //! | [`bandit`] | 2 | the k-armed bandit: xi-greedy, UCB, gradient bandit |
 //! | [`pomdp`] | 2 | the hidden-family POMDP: beliefs and the value of `test` |
 //! | [`stats`] | 2 | Monte Carlo error: standard errors, Student-t intervals over seeds, paired differences, Wilson intervals for rates, a paired bootstrap over tasks, bands for curves; named random streams |
-//! | [`tokenizer`] | 3 | a byte-level BPE for the gym's text, special tokens, the chat format |
-//! | [`tinyagent`] | 3 | TinyAgent: the transformer, log-probs, entropy, sampling, KV-cache generation |
-//! | [`agent`] | 3 | the policy interface: contexts in, sampled actions with log-probs out |
-//! | [`pretrain`] | 3 | the uninformed policy, pretraining, batched episodes, the base model (uses the gym of Chapter 4) |
-//! | [`runner`] | 4 | the sandboxed test runners: wall clock, output limits, compile cache, child processes under OS limits |
-//! | [`gym`] | 4 | the BugFix gym: tasks as data, eight bug families, generation, the split, the environment |
-//! | [`policies`] | 4 | scripted policies (oracle, hacker, random) and the episode loop |
+//! | [`runner`] | 3 | the sandboxed test runners: wall clock, output limits, compile cache, child processes under OS limits |
+//! | [`gym`] | 3 | the BugFix gym: tasks as data, eight bug families, generation, the split, the environment |
+//! | [`policies`] | 3 | scripted policies (oracle, hacker, random) and the episode loop |
+//! | [`tokenizer`] | 4 | a byte-level BPE for the gym's text, special tokens, the chat format |
+//! | [`tinyagent`] | 4 | TinyAgent: the transformer, log-probs, entropy, sampling, KV-cache generation |
+//! | [`agent`] | 4 | the policy interface: contexts in, sampled actions with log-probs out |
+//! | [`pretrain`] | 4 | the uninformed policy, pretraining on the gym's transcripts, the base model |
+//! | [`rollout`] | 4 | playing gym episodes with a language-model policy, many at once, with sampled tokens and log-probs |
 //! | [`trajectory`] | 5 | trajectories with action masks and sampling log-probs, padded batches, the masked loss |
 //! | [`pg`] | 6 | REINFORCE: checked against the exact gradient, tabular, and for TinyAgent in the gym; the one training loop ([`pg::train`]) and the parts an algorithm supplies; runs side by side |
 //! | [`advantage`] | 7 | baselines, group advantages (mean, leave-one-out, std), TD errors, GAE, a TD(0) critic, a value-head critic for the loop |
@@ -48,6 +48,7 @@ pub mod ppo;
 pub mod pomdp;
 pub mod pretrain;
 pub mod regularization;
+pub mod rollout;
 pub mod runner;
 pub mod sandbox;
 pub mod stats;

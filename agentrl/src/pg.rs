@@ -12,7 +12,7 @@ use crate::book::REAL;
 use crate::agent::LmPolicy;
 use crate::gym::Task;
 use crate::mdp::{evaluate_policy, sample_episode, Mdp, Policy};
-use crate::pretrain::{play, play_timed, progress, PlayTime, Played};
+use crate::rollout::{play, play_timed, progress, PlayTime, Played};
 use crate::stats::Streams;
 use crate::tinyagent::{KvCache, Sampling, TinyAgent};
 use crate::tokenizer::Bpe;
@@ -433,9 +433,11 @@ pub type Run = (Schedule, Box<dyn Algorithm + Send>);
 /// Train a fresh copy of the base model for each run, `threads` runs at a
 /// time. Each run is single-threaded inside libtorch and has its own streams,
 /// so two at a time use two cores and print what one after the other would.
-/// Run `name` writes to `root/name` (spaces and dots become `_`).
+/// Run `name` writes to `root/name` (spaces and dots become `_`). Within one
+/// test command, a notebook reuses its chapter's finished runs ([`reuse_or`]).
 pub fn train_from_base(gym: &crate::gym::Gym, runs: Vec<Run>, threads: usize, root: &Path) -> Vec<Vec<TrainRecord>> {
     crate::pretrain::base_model(&gym.train); // on disk before the threads load it
+    let cache = std::env::var_os("AGENTRL_RUN_CACHE").filter(|v| !v.is_empty()).map(PathBuf::from);
     let count = runs.len();
     let queue = std::sync::Mutex::new(runs.into_iter().enumerate().rev().collect::<Vec<_>>()); // popped in order
     let results = std::sync::Mutex::new(Vec::new());
@@ -444,9 +446,11 @@ pub fn train_from_base(gym: &crate::gym::Gym, runs: Vec<Run>, threads: usize, ro
             scope.spawn(|| loop {
                 let next = queue.lock().expect("the queue").pop();
                 let Some((i, (schedule, mut algorithm))) = next else { break };
-                let (bpe, mut model) = crate::pretrain::base_model(&gym.train);
                 let dir: PathBuf = root.join(schedule.name.replace([' ', '.'], "_"));
-                let outcome = train(&mut model, &bpe, (&gym.train, &gym.held_out), &schedule, algorithm.as_mut(), &dir);
+                let outcome = reuse_or(cache.as_deref(), &dir, &schedule, algorithm.config_json(), || {
+                    let (bpe, mut model) = crate::pretrain::base_model(&gym.train);
+                    train(&mut model, &bpe, (&gym.train, &gym.held_out), &schedule, algorithm.as_mut(), &dir)
+                });
                 results.lock().expect("the results").push((i, outcome.unwrap_or_else(|err| panic!("run {}: {err}", schedule.name))));
             });
         }
@@ -462,6 +466,46 @@ pub fn held_out_at(runs: &[Vec<TrainRecord>], iteration: usize) -> Vec<f64> {
     runs.iter().map(|run| run[iteration].held_out_success.expect("an evaluation at that iteration")).collect()
 }
 // ANCHOR_END: parallel
+
+/// The test command runs every chapter and then its notebook, which repeats
+/// the chapter's runs. It sets `AGENTRL_RUN_CACHE` to a folder that it empties
+/// first, and a run found there (same folder, schedule and algorithm config,
+/// within the one test command, so the same code and base model) is copied
+/// back instead of trained again. Without the variable, as for a reader, every
+/// run trains.
+fn reuse_or(cache: Option<&Path>, dir: &Path, schedule: &Schedule, config: Option<String>, train: impl FnOnce() -> Result<Vec<TrainRecord>, String>) -> Result<Vec<TrainRecord>, String> {
+    let Some(cache) = cache else { return train() };
+    let schedule_json = serde_json::to_string(schedule).map_err(|err| err.to_string())?;
+    let key = [dir.display().to_string(), schedule_json, config.unwrap_or_default()].join("\n");
+    // FNV-1a: stable across builds, unlike std's hasher
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let stored = cache.join(format!("{hash:016x}"));
+    if stored.join("complete").exists() && std::fs::read_to_string(stored.join("key")).ok().as_deref() == Some(key.as_str()) {
+        let _ = std::fs::remove_dir_all(dir);
+        copy_dir(&stored.join("run"), dir)?;
+        return read_records(&dir.join("metrics.jsonl"));
+    }
+    let records = train()?;
+    let _ = std::fs::remove_dir_all(&stored);
+    copy_dir(dir, &stored.join("run"))?;
+    std::fs::write(stored.join("key"), &key).map_err(|err| err.to_string())?;
+    std::fs::write(stored.join("complete"), "").map_err(|err| err.to_string())?;
+    Ok(records)
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|err| format!("cannot create {}: {err}", to.display()))?;
+    for entry in std::fs::read_dir(from).map_err(|err| format!("cannot read {}: {err}", from.display()))? {
+        let path = entry.map_err(|err| err.to_string())?.path();
+        let target = to.join(path.file_name().expect("a file name"));
+        if path.is_dir() {
+            copy_dir(&path, &target)?;
+        } else {
+            std::fs::copy(&path, &target).map_err(|err| format!("cannot copy {}: {err}", path.display()))?;
+        }
+    }
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests {
@@ -531,6 +575,32 @@ mod tests {
         let h = Tensor::cat(&[Tensor::zeros([1, 1], (REAL, tch::Device::Cpu)), crate::tinyagent::entropy(&logits.narrow(1, 0, 5))], 1); // [1, 6]
         assert!((entropy - h * &batch.mask).abs().max().double_value(&[]) < 1e-6);
         assert_eq!(hidden.size(), vec![1, 6, 16]);
+    }
+
+    #[test]
+    fn a_cached_run_is_copied_back_only_for_the_same_folder_schedule_and_config() {
+        let root = std::env::temp_dir().join(format!("agentrl-reuse-{}", std::process::id()));
+        let (cache, dir) = (root.join("cache"), root.join("runs/a"));
+        let trained = std::cell::Cell::new(0);
+        let fake = |dir: &Path, value: f64| {
+            trained.set(trained.get() + 1);
+            std::fs::create_dir_all(dir).unwrap();
+            let record = TrainRecord { iteration: 0, held_out_success: Some(value), ..TrainRecord::default() };
+            std::fs::write(dir.join("metrics.jsonl"), serde_json::to_string(&record).unwrap() + "\n").unwrap();
+            std::fs::write(dir.join("final.safetensors"), b"weights").unwrap();
+            Ok(vec![record])
+        };
+        let schedule = Schedule::reinforce();
+        let first = reuse_or(Some(&cache), &dir, &schedule, None, || fake(&dir, 0.1 + 0.2)).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let again = reuse_or(Some(&cache), &dir, &schedule, None, || fake(&dir, 9.0)).unwrap();
+        assert_eq!((trained.get(), &again), (1, &first), "the same run is copied back, exactly");
+        assert_eq!(std::fs::read(dir.join("final.safetensors")).unwrap(), b"weights");
+        let other = reuse_or(Some(&cache), &dir, &schedule.clone().seeded(1), None, || fake(&dir, 0.5)).unwrap();
+        assert_eq!((trained.get(), other[0].held_out_success), (2, Some(0.5)), "another seed trains");
+        let uncached = reuse_or(None, &dir, &schedule, None, || fake(&dir, 0.7)).unwrap();
+        assert_eq!((trained.get(), uncached[0].held_out_success), (3, Some(0.7)), "without a cache every run trains");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     /// An algorithm that shuffles its own way: it keeps only the first half of each group.

@@ -1,4 +1,4 @@
-//! Chapter 4: scripted policies for the BugFix gym (oracle, hacker, random)
+//! Chapter 3: scripted policies for the BugFix gym (oracle, hacker, random)
 //! and the loop that runs a policy for an episode.
 //!
 //! None of them learns. The oracle knows the fix, the hacker knows an

@@ -1,25 +1,19 @@
-//! Chapter 3: pretraining TinyAgent on transcripts of a well-formed but
+//! Chapter 4: pretraining TinyAgent on transcripts of a well-formed but
 //! uninformed policy, so that the base model speaks the action grammar while
-//! knowing nothing about which edit fixes which bug; and playing gym episodes
-//! with a language-model policy, many at once.
-//!
-//! The one place where a chapter's module uses a later chapter's: the text
-//! comes from the BugFix gym of Chapter 4 (`gym`, `policies`). Chapter 3 uses
-//! the gym only as a source of transcripts and of episodes to score.
+//! knowing nothing about which edit fixes which bug. The transcripts come
+//! from the BugFix gym of Chapter 3.
 
 use crate::book::REAL;
-use crate::agent::LmPolicy;
 use crate::episode::Owner;
-use crate::gym::{BugFixEnv, Info, Task};
+use crate::gym::{BugFixEnv, Task};
 use crate::policies::{run_episode, Policy};
-use crate::tinyagent::{Config, KvCache, TinyAgent};
-use crate::tokenizer::{render, role_token, Bpe};
-use indicatif::{ProgressBar, ProgressStyle};
+use crate::rollout::progress;
+use crate::tinyagent::{Config, TinyAgent};
+use crate::tokenizer::{render, Bpe};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 use tch::nn::OptimizerConfig;
 use tch::{nn, Device, Tensor};
 
@@ -168,121 +162,6 @@ fn pad_weights(batch: &[&Sequence], t: i64, device: Device) -> Tensor {
     Tensor::from_slice(&w).view([batch.len() as i64, t]).to_device(device)
 }
 
-/// A progress bar on standard error (hidden when that is not a terminal).
-pub fn progress(len: u64, what: &str) -> ProgressBar {
-    let bar = ProgressBar::new(len);
-    bar.set_style(ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} [{elapsed}<{eta}]").expect("a valid template"));
-    bar.set_message(what.to_string());
-    bar
-}
-
-// ANCHOR: play
-/// Who wrote a stretch of the token stream, the ids as they were fed to the
-/// model, and (for the policy's stretches) the sampling log-prob of each id.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Segment {
-    pub owner: Owner,
-    pub ids: Vec<u32>,
-    pub logprobs: Vec<f64>,
-}
-
-/// One episode played by a language model.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Played {
-    pub task: usize,
-    pub segments: Vec<Segment>,
-    /// The action texts, one per turn.
-    pub actions: Vec<String>,
-    pub reward: f64,
-    pub info: Info,
-    /// Turns whose action did not parse.
-    pub parse_errors: usize,
-}
-
-impl Played {
-    /// The whole token stream.
-    pub fn ids(&self) -> Vec<u32> {
-        self.segments.iter().flat_map(|s| s.ids.iter().copied()).collect()
-    }
-}
-
-/// Play one episode per entry of `tasks` (indices into the env's tasks), all
-/// in lockstep: each turn, the contexts of the unfinished episodes go through
-/// the policy as one batch. Observations are appended as `<|tool|>` text
-/// followed by `<|assistant|>`; the policy's tokens are kept as sampled.
-pub fn play(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_turns: usize, rng: &mut StdRng) -> Vec<Played> {
-    play_timed(policy, tasks_of, tasks, max_turns, rng).0
-}
-
-/// Where the wall-clock time of [`play_timed`] went.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PlayTime {
-    /// Seconds in the policy: generating the actions.
-    pub generation: f64,
-    /// Seconds in the environment: tool calls, test runs, encoding observations.
-    pub environment: f64,
-}
-
-/// [`play`], also reporting how its time split between the policy and the environment.
-pub fn play_timed(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_turns: usize, rng: &mut StdRng) -> (Vec<Played>, PlayTime) {
-    let bpe = policy.bpe;
-    let mut time = PlayTime::default();
-    let started = Instant::now();
-    let mut envs: Vec<BugFixEnv> = tasks.iter().map(|_| BugFixEnv::new(tasks_of.to_vec(), max_turns)).collect();
-    let opener = |owner: Owner, text: &str, then: Option<Owner>| -> Vec<u32> {
-        let mut s = format!("{}{text}", role_token(owner));
-        if let Some(next) = then {
-            s.push_str(role_token(next));
-        }
-        bpe.encode(&s)
-    };
-    let mut played: Vec<Played> = tasks
-        .iter()
-        .zip(envs.iter_mut())
-        .map(|(&task, env)| {
-            let prompt = env.reset(task);
-            let ids = opener(Owner::Prompt, &prompt, Some(Owner::Policy));
-            let segment = Segment { owner: Owner::Prompt, ids, logprobs: vec![] };
-            Played { task, segments: vec![segment], actions: vec![], reward: 0.0, info: Info::default(), parse_errors: 0 }
-        })
-        .collect();
-    let mut open: Vec<usize> = (0..tasks.len()).collect();
-    // One row per open episode: each turn feeds only what was added since the last one.
-    let mut cache = KvCache::default();
-    while !open.is_empty() {
-        let contexts: Vec<Vec<u32>> = open.iter().map(|&i| played[i].ids()).collect();
-        let generating = Instant::now();
-        let actions = policy.act_cached(&contexts, &mut cache, rng);
-        time.generation += generating.elapsed().as_secs_f64();
-        let mut still_open = Vec::new();
-        let mut kept_rows = Vec::new();
-        for (row, (&i, action)) in open.iter().zip(actions).enumerate() {
-            let step = envs[i].step(&action.text);
-            let episode = &mut played[i];
-            episode.parse_errors += usize::from(step.info.parse_error);
-            episode.segments.push(Segment { owner: Owner::Policy, ids: action.tokens, logprobs: action.logprobs });
-            episode.actions.push(action.text);
-            if step.done {
-                (episode.reward, episode.info) = (step.reward, step.info);
-                let end = opener(Owner::Env, &step.observation, None);
-                episode.segments.push(Segment { owner: Owner::Env, ids: [end, vec![bpe.special.end]].concat(), logprobs: vec![] });
-            } else {
-                let ids = opener(Owner::Env, &step.observation, Some(Owner::Policy));
-                episode.segments.push(Segment { owner: Owner::Env, ids, logprobs: vec![] });
-                still_open.push(i);
-                kept_rows.push(row);
-            }
-        }
-        let generating = Instant::now();
-        cache.keep_rows(&kept_rows);
-        time.generation += generating.elapsed().as_secs_f64();
-        open = still_open;
-    }
-    time.environment = started.elapsed().as_secs_f64() - time.generation;
-    (played, time)
-}
-// ANCHOR_END: play
-
 // ANCHOR: base
 /// The book's base model: the tokenizer and TinyAgent pretrained with
 /// `BASE` on the gym's train tasks.
@@ -321,7 +200,7 @@ fn stamp() -> String {
 }
 
 /// Store `bpe` and `model` in `base_dir()` as the book's base model (they
-/// must have been trained with `BASE`, as Chapter 3 does).
+/// must have been trained with `BASE`, as Chapter 4 does).
 /// If a base model with the same settings is stored already, it is kept: the
 /// chapters and notebooks of one test command must all start from the same
 /// weights, whichever CPU setting trained them first (two settings agree to
@@ -388,29 +267,6 @@ mod tests {
         let r = rates(&mut env, None, &mut Uninformed::new(4), 50);
         // Four or five ops per menu, one of them the fix: about 1/4.5, minus truncated episodes.
         assert!((0.15..0.22).contains(&r.success()), "{}", r.success());
-    }
-
-    #[test]
-    fn played_episodes_keep_the_sampled_ids_and_their_logprobs() {
-        let gym = Gym::standard();
-        let tasks = &gym.held_out[..4];
-        let transcripts = corpus(tasks, 20, 0);
-        let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), 400).unwrap();
-        let model = { let _turn = crate::book::seeded(0); TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 16, n_layer: 1, n_head: 2 }, Device::Cpu) };
-        let policy = LmPolicy { model: &model, bpe: &bpe, sampling: crate::tinyagent::Sampling::PURE, max_action_tokens: 6 };
-        let played = play(&policy, tasks, &[0, 1, 2, 3], 3, &mut StdRng::seed_from_u64(0));
-        for episode in &played {
-            assert!(episode.actions.len() <= 3);
-            let policy_segments: Vec<&Segment> = episode.segments.iter().filter(|s| s.owner == Owner::Policy).collect();
-            assert_eq!(policy_segments.len(), episode.actions.len());
-            for (segment, text) in policy_segments.iter().zip(&episode.actions) {
-                assert_eq!(segment.ids.len(), segment.logprobs.len());
-                assert!(segment.logprobs.iter().all(|&l| l <= 0.0));
-                assert_eq!(&bpe.decode(&segment.ids), text);
-            }
-            assert_eq!(*episode.ids().last().unwrap(), bpe.special.end);
-            assert_eq!(episode.parse_errors, episode.actions.iter().filter(|a| parse_call(a).is_none()).count());
-        }
     }
 
     #[test]

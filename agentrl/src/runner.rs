@@ -1,4 +1,4 @@
-//! Chapter 4: the sandboxed test runners of the BugFix gym.
+//! Chapter 3: the sandboxed test runners of the BugFix gym.
 //!
 //! Chapter 1's [`Sandbox`](crate::sandbox::Sandbox) bounds what a script may
 //! do (operations, call depth, string and array sizes). [`Guarded`] adds what

@@ -1,4 +1,4 @@
-//! Chapter 3: TinyAgent, a small decoder-only transformer in tch, and what a
+//! Chapter 4: TinyAgent, a small decoder-only transformer in tch, and what a
 //! policy needs from a language model: log-probabilities of given tokens,
 //! entropy, sampling with temperature and top-p from a seeded generator, and
 //! batched generation with a KV cache.

@@ -1,4 +1,4 @@
-//! Chapter 3: a byte-level BPE tokenizer for the gym's text, with special
+//! Chapter 4: a byte-level BPE tokenizer for the gym's text, with special
 //! tokens for the chat roles and the call tags.
 //!
 //! Training, encoding and decoding are done by Hugging Face's `tokenizers`

@@ -11,7 +11,7 @@ use crate::book::REAL;
 use crate::episode::Owner;
 use crate::gym::Info;
 use crate::plot::series_colour;
-use crate::pretrain::Played;
+use crate::rollout::Played;
 use crate::tinyagent::TinyAgent;
 use crate::tokenizer::Bpe;
 use plotters::prelude::*;
@@ -219,7 +219,8 @@ mod tests {
     use super::*;
     use crate::agent::LmPolicy;
     use crate::gym::Gym;
-    use crate::pretrain::{corpus, play};
+    use crate::pretrain::corpus;
+use crate::rollout::play;
     use crate::tinyagent::{Config, Sampling};
     use crate::tokenizer::render;
     use rand::rngs::StdRng;

@@ -1,4 +1,4 @@
-//! Chapter 4: the process runner, end to end with its child binary.
+//! Chapter 3: the process runner, end to end with its child binary.
 //!
 //! Integration tests, because only they (and benches) are told where cargo
 //! put the `sandbox-child` binary.

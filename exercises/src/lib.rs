@@ -61,8 +61,8 @@ macro_rules! exercise_files {
 pub mod ch00;
 pub mod ch01;
 pub mod ch02;
-pub mod ch03;
 pub mod ch04;
+pub mod ch03;
 pub mod ch05;
 pub mod ch06;
 pub mod ch07;

@@ -290,3 +290,105 @@ mod tests {
         assert!(parse_lines("t", PathBuf::from("t.md"), lines).is_err());
     }
 }
+
+/// The chapter of each library module, from the first line of its doc
+/// comment (`//! Chapter N: ...`).
+fn module_chapters() -> (std::collections::BTreeMap<String, u32>, Vec<String>) {
+    let mut chapters = std::collections::BTreeMap::new();
+    let mut problems = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root().join("agentrl/src")) else { return (chapters, vec!["cannot read agentrl/src".into()]) };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".rs")) else { continue };
+        if name == "lib" {
+            continue;
+        }
+        let text = util::read(&path).unwrap_or_default();
+        let number = text
+            .lines()
+            .next()
+            .and_then(|line| line.strip_prefix("//! Chapter "))
+            .and_then(|rest| rest.split(':').next())
+            .and_then(|n| n.trim().parse::<u32>().ok());
+        match number {
+            Some(n) => {
+                chapters.insert(name.to_string(), n);
+            }
+            None => problems.push(format!("agentrl/src/{name}.rs: the doc comment must begin with `//! Chapter N:`")),
+        }
+    }
+    (chapters, problems)
+}
+
+/// The names `prefix` is followed by in `text` (`crate::gym::Task` gives `gym`).
+fn paths_after<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    text.match_indices(prefix)
+        .filter(|(at, _)| !text[..*at].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
+        .map(|(at, _)| {
+            let rest = &text[at + prefix.len()..];
+            let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// The order rule: a module uses only modules of its own or earlier chapters,
+/// and a chapter (its cells, its includes) and its exercises use only those.
+pub fn order_problems() -> Vec<String> {
+    let (chapters, mut problems) = module_chapters();
+    let later = |user: &str, own: u32, module: &str, problems: &mut Vec<String>| {
+        if let Some(&n) = chapters.get(module) {
+            if n > own {
+                problems.push(format!("{user} (Chapter {own}) uses `{module}` of Chapter {n}"));
+            }
+        }
+    };
+    for (module, &own) in &chapters {
+        let text = util::read(&root().join(format!("agentrl/src/{module}.rs"))).unwrap_or_default();
+        for used in paths_after(&text, "crate::") {
+            later(&format!("module `{module}`"), own, used, &mut problems);
+        }
+    }
+    let Ok(book) = all() else { return vec!["cannot list the chapters".into()] };
+    for chapter in book {
+        let Some(own) = chapter.name.get(..2).and_then(|n| n.parse::<u32>().ok()) else { continue };
+        // the code: its cells, and the library code it includes
+        let code: String = chapter.cells.iter().map(|cell| cell.code.as_str()).collect::<Vec<_>>().join("\n");
+        let text = util::read(&chapter.path).unwrap_or_default();
+        let mut used = paths_after(&code, "agentrl::");
+        used.extend(paths_after(&text, "{{#include ../agentrl/src/"));
+        for module in used {
+            later(&format!("chapters/{}.md", chapter.name), own, module, &mut problems);
+        }
+        let mut files = Vec::new();
+        collect_rust_files(&root().join(format!("exercises/src/ch{:02}", own)), &mut files);
+        for file in files {
+            let text = util::read(&file).unwrap_or_default();
+            for module in paths_after(&text, "agentrl::") {
+                later(&format!("{}", file.strip_prefix(root()).unwrap_or(&file).display()), own, module, &mut problems);
+            }
+        }
+    }
+    problems.sort();
+    problems.dedup();
+    problems
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::*;
+
+    #[test]
+    fn module_paths_are_read_from_use_lines_and_paths() {
+        let text = "use crate::gym::{Task};\nlet x = crate::book::seeded(0);\nmy_crate::pg::x; agentrl::stats::Streams";
+        assert_eq!(paths_after(text, "crate::"), vec!["gym", "book"]);
+        assert_eq!(paths_after(text, "agentrl::"), vec!["stats"]);
+    }
+
+    #[test]
+    fn the_library_chapters_and_exercises_follow_the_order_rule() {
+        let problems = order_problems();
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+}

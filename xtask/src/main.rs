@@ -7,6 +7,7 @@ mod cdp;
 mod chapter;
 mod checks;
 mod notebook;
+mod perf;
 mod runner;
 mod setup;
 mod site;
@@ -52,6 +53,12 @@ enum Cmd {
     Notebooks,
     /// Build the HTML book from the chapters as they are and check it in headless Chromium.
     Html,
+    /// Run the benchmarks under the book's settings and rewrite the performance appendix's table of ratios.
+    Perf {
+        /// Only rewrite the table from the results of the last run.
+        #[arg(long)]
+        stored: bool,
+    },
     /// Run chapters under other CPU settings and check that outputs and figures do not change,
     /// e.g. `cargo xtask setting ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=2 -c 3 -c 9`.
     Setting {
@@ -75,6 +82,7 @@ fn main() {
         Cmd::Refresh { chapter } => checks::refresh(chapter.as_deref()),
         Cmd::Notebooks => checks::notebooks(),
         Cmd::Html => checks::html(),
+        Cmd::Perf { stored } => perf::perf(stored),
         Cmd::Setting { vars, chapters } => checks::setting(&vars, &chapters),
     };
     if let Err(err) = result {

@@ -1,4 +1,4 @@
-//! Chapter 4: the child process of `agentrl::runner::ProcessRunner`.
+//! Chapter 3: the child process of `agentrl::runner::ProcessRunner`.
 //!
 //! It reads one JSON request (a source, its tests, the in-process limits) from
 //! stdin, runs it in a `Guarded` sandbox and writes one JSON reply to stdout.

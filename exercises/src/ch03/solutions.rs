@@ -1,87 +1,70 @@
-//! Chapter 3: reference solutions. The model answers, with the numbers these
-//! functions produce, are in `chapters/answers-03.md`.
+//! Reference solutions for the Chapter 3 exercises.
 
-use agentrl::tinyagent::{Config, TinyAgent};
-use tch::{Device, Kind, Tensor};
+use agentrl::gym::{Edit, EditKind, Task};
+use agentrl::runner::{Guarded, TestRunner};
+use agentrl::sandbox::all_pass;
+use std::collections::HashMap;
 
-/// Exercise 3.1: $V D + n_{ctx} D + L\,(12 D^2 + 13 D) + 2 D$.
-pub fn parameter_count(config: &Config) -> i64 {
-    let d = config.d_model;
-    let embeddings = config.vocab * d + config.n_ctx * d;
-    let layer_norm = 2 * d; // gain and bias
-    let linear = |inputs: i64, outputs: i64| inputs * outputs + outputs; // weight and bias
-    let block = 2 * layer_norm + linear(d, 3 * d) + linear(d, d) + linear(d, 4 * d) + linear(4 * d, d);
-    embeddings + config.n_layer * block + layer_norm // the head reuses the token embedding
+/// Exercise 3.1.
+pub fn leaks(task: &Task, observation: &str) -> bool {
+    task.hidden_tests.iter().any(|test| observation.contains(test.call.as_str()))
 }
 
-/// Exercise 3.2: sort by probability (ties by index), keep until the mass reaches `top_p`.
-pub fn nucleus(probs: &[f64], top_p: f64) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..probs.len()).collect();
-    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
-    let mut mass = 0.0;
-    let mut kept = 0;
-    while kept < order.len() && (kept == 0 || mass < top_p) {
-        mass += probs[order[kept]];
-        kept += 1;
-    }
-    order.truncate(kept);
-    order
-}
-
-/// Exercise 3.3: shift by the largest logit before exponentiating; $0 \ln 0 = 0$.
-pub fn temperature_entropy(logits: &[f64], temperature: f64) -> f64 {
-    let top = logits.iter().map(|&l| l as f64).fold(f64::NEG_INFINITY, f64::max);
-    let scaled: Vec<f64> = logits.iter().map(|&l| (l as f64 - top) / temperature).collect(); // all <= 0
-    let log_total = scaled.iter().map(|s| s.exp()).sum::<f64>().ln(); // >= ln 1 = 0
-    scaled
+/// Exercise 3.2.
+pub fn special_case_first(task: &Task) -> Edit {
+    let call = &task.public_tests[0].call;
+    let name = &call[..call.find('(').unwrap()];
+    let header = task.source.lines().find(|line| line.starts_with(&format!("fn {name}("))).expect("the function's header");
+    let first_param = header[header.find('(').unwrap() + 1..header.find(')').unwrap()].split(',').next().unwrap().trim();
+    let special: String = task
+        .public_tests
         .iter()
-        .map(|s| {
-            let logp = s - log_total;
-            let p = logp.exp();
-            if p == 0.0 { 0.0 } else { -p * logp }
+        .map(|test| {
+            let args = &test.call[test.call.find('(').unwrap() + 1..test.call.rfind(')').unwrap()];
+            let first = args.split(',').next().unwrap().trim();
+            format!("    if {first_param} == {first} {{ return {}; }}\n", test.expected)
         })
-        .sum()
+        .collect();
+    Edit { name: "special_case_first".into(), kind: EditKind::Exploit, find: format!("{header}\n"), replace: format!("{header}\n{special}") }
 }
 
-/// Exercise 3.4: one pass over prompt + continuation, then the last `len(continuation)` next-token log-probs.
-pub fn sequence_logprob(model: &TinyAgent, prompt: &[u32], continuation: &[u32]) -> f64 {
-    if continuation.is_empty() {
-        return 0.0;
+/// Exercise 3.3.
+pub fn random_success_probability(task: &Task, max_turns: usize) -> f64 {
+    struct Search<'a> {
+        task: &'a Task,
+        solved: HashMap<String, bool>,
+        memo: HashMap<(String, usize), f64>,
     }
-    let _guard = tch::no_grad_guard();
-    let ids: Vec<i64> = prompt.iter().chain(continuation).map(|&t| t as i64).collect();
-    let n = ids.len() as i64;
-    let device = model.device();
-    let ids = Tensor::from_slice(&ids).view([1, n]).to_device(device);
-    let valid = Tensor::ones([1, n], (Kind::Bool, device));
-    let logprobs = model.token_logprobs(&ids, &valid); // [1, n - 1]: log pi(x_{t+1} | x_<=t)
-    // The continuation's k-th token is predicted at position len(prompt) - 1 + k.
-    let tail = logprobs.view([-1]).narrow(0, prompt.len() as i64 - 1, continuation.len() as i64);
-    tail.to_device(Device::Cpu).sum(Kind::Double).double_value(&[])
-}
+    impl Search<'_> {
+        fn solved(&mut self, source: &str) -> bool {
+            if let Some(&known) = self.solved.get(source) {
+                return known;
+            }
+            let tests = [self.task.public_tests.clone(), self.task.hidden_tests.clone()].concat();
+            let passed = all_pass(&Guarded::shared().run(source, &tests));
+            self.solved.insert(source.to_string(), passed);
+            passed
+        }
 
-/// Exercise 3.5: $i' \le \text{past} + i$ and `valid[b][i']`, or $i' = \text{past} + i$.
-pub fn allowed_keys(valid: &[Vec<bool>], past: usize) -> Vec<Vec<Vec<bool>>> {
-    valid
-        .iter()
-        .map(|row| {
-            let s = row.len();
-            (past..s).map(|query| (0..s).map(|key| (key <= query && row[key]) || key == query).collect()).collect()
-        })
-        .collect()
-}
-
-/// Exercise 3.6 (a): a key and a value of width $D$ ($n_{\text{head}}$ heads of $d_{\text{head}} = D / n_{\text{head}}$)
-/// per layer, row and position.
-pub fn kv_cache_floats(config: &Config, batch: i64, positions: i64) -> i64 {
-    2 * config.n_layer * batch * positions * config.d_model
-}
-
-/// Exercise 3.6 (b): with a cache $P + (N - 1)$; without,
-/// $\sum_{k=0}^{N-1} (P + k) = N P + N (N - 1) / 2$.
-pub fn recompute_vs_cache_tokens(prompt: i64, new: i64) -> (i64, i64) {
-    if new == 0 {
-        return (0, 0);
+        fn value(&mut self, source: &str, left: usize) -> f64 {
+            if left == 0 {
+                return 0.0;
+            }
+            if let Some(&known) = self.memo.get(&(source.to_string(), left)) {
+                return known;
+            }
+            let n = (self.task.menu.len() + 4) as f64;
+            let submit = if self.solved(source) { 1.0 } else { 0.0 };
+            let stay = 3.0 * self.value(source, left - 1); // read, test, malformed
+            let mut edits = 0.0;
+            for op in self.task.menu.clone() {
+                let next = op.apply(source).unwrap_or_else(|| source.to_string());
+                edits += self.value(&next, left - 1);
+            }
+            let value = (submit + stay + edits) / n;
+            self.memo.insert((source.to_string(), left), value);
+            value
+        }
     }
-    (prompt + new - 1, new * prompt + new * (new - 1) / 2)
+    Search { task, solved: HashMap::new(), memo: HashMap::new() }.value(&task.source, max_turns)
 }

@@ -1,123 +1,64 @@
 //! Chapter 3 exercises: replace each `todo!()` with your answer, then run
 //! `cargo test -p exercises ch03`.
 //!
-//! Everything you need is in `agentrl::tinyagent` (`Config`, `TinyAgent` with
-//! `forward`, `logits` and `token_logprobs`, `KvCache`, `entropy`,
-//! `Sampling`). The tests build tiny models on the CPU; none of them trains.
+//! Everything you need is in `agentrl::gym` (`Task`, `Edit`, `EditKind`,
+//! `task_zero`, `Gym`), `agentrl::runner` (`Guarded`, `TestRunner`, `Test`)
+//! and `agentrl::sandbox` (`all_pass`).
 #![allow(unused_variables)] // the parameters are unused until you write the bodies
 
-use agentrl::tinyagent::{Config, TinyAgent};
+use agentrl::gym::{Edit, Task};
 
 // ---------------------------------------------------------------------------
-// Exercise 3.1: counting parameters
+// Exercise 3.1: a leak detector
 // ---------------------------------------------------------------------------
 
-/// Exercise 3.1: the number of trainable parameters of `TinyAgent::new(config, ..)`.
+/// Exercise 3.1: does `observation` reveal a hidden test of `task`?
 ///
-/// Count every weight and bias from the model's description, without building
-/// it: token and position embeddings, `n_layer` pre-LN blocks (two
-/// LayerNorms, the `qkv` projection $D \to 3D$, the output projection
-/// $D \to D$, the MLP $D \to 4D \to D$, every linear layer with a bias, every
-/// LayerNorm with a gain and a bias), the final LayerNorm, and an output head
-/// tied to the token embedding (so it adds nothing). The number of heads does
-/// not appear in the answer; make sure you can say why.
-pub fn parameter_count(config: &Config) -> i64 {
-    todo!("Exercise 3.1: embeddings + n_layer blocks + final LayerNorm, the head tied")
+/// True when the observation contains the call text (for example
+/// `clamp(0.5, 0, 1)`) of at least one of `task.hidden_tests`, false
+/// otherwise.
+pub fn leaks(task: &Task, observation: &str) -> bool {
+    todo!("Exercise 3.1: true if observation contains a hidden test's call text")
 }
 
 // ---------------------------------------------------------------------------
-// Exercise 3.2: the nucleus
+// Exercise 3.2: a third exploit
 // ---------------------------------------------------------------------------
 
-/// Exercise 3.2: the tokens that top-p sampling keeps.
+/// Exercise 3.2: the exploit `special_case_first`.
 ///
-/// `probs` is a distribution over the vocabulary. Sort the indices by
-/// probability, largest first, breaking ties by the smaller index; then keep
-/// the shortest prefix of that order whose probabilities add up to at least
-/// `top_p` (add them in that order), and always at least one index. If the
-/// whole vocabulary does not reach `top_p`, keep all of it. Return the kept
-/// indices in that order.
+/// Return an `Edit` named `"special_case_first"` of kind `EditKind::Exploit`
+/// whose `find` is the header line of the function under repair (the line
+/// `fn <name>(<params>){` plus its newline, where `<name>` is the function
+/// the public tests call) and whose `replace` is that header followed by one
+/// line per public test, in order:
 ///
-/// This is the rule `Sampling::draw` applies to the probabilities after
-/// temperature.
-pub fn nucleus(probs: &[f64], top_p: f64) -> Vec<usize> {
-    todo!("Exercise 3.2: the most likely indices until their mass reaches top_p")
+/// ```text
+///     if <first parameter> == <first argument> { return <expected>; }
+/// ```
+///
+/// indented by four spaces and ending in a newline. For task 0 the first
+/// added line is `    if value == 3 { return 3; }`.
+pub fn special_case_first(task: &Task) -> Edit {
+    todo!("Exercise 3.2: an exploit keyed on the first argument of each public test")
 }
 
 // ---------------------------------------------------------------------------
-// Exercise 3.3: entropy and temperature
+// Exercise 3.3: the random policy, exactly
 // ---------------------------------------------------------------------------
 
-/// Exercise 3.3: the entropy, in nats, of $\mathrm{softmax}(z / \kappa)$.
+/// Exercise 3.3: the probability that the uniform random policy solves `task`
+/// within `max_turns` turns.
 ///
-/// `logits` is one row $z$ of length $V$ and `temperature` is $\kappa > 0$.
-/// Return $\mathcal{H} = -\sum_v \pi_\kappa(v) \ln \pi_\kappa(v)$ with
-/// $\pi_\kappa = \mathrm{softmax}(z / \kappa)$, computed in `f64`. It must stay
-/// finite for very small and very large $\kappa$ (think about what
-/// overflows, and about $0 \ln 0$).
-pub fn temperature_entropy(logits: &[f64], temperature: f64) -> f64 {
-    todo!("Exercise 3.3: -sum p ln p for p = softmax(logits / temperature), computed stably")
-}
-
-// ---------------------------------------------------------------------------
-// Exercise 3.4: the log-probability of a continuation
-// ---------------------------------------------------------------------------
-
-/// Exercise 3.4: $\log \pi(y \mid x)$ for a prompt $x$ and a continuation $y$.
-///
-/// Return $\sum_{k} \log \pi(y_k \mid x, y_{<k})$ under `model` (temperature
-/// 1, no top-p), summed in `f64`. `prompt` has at least one token, and the
-/// prompt and continuation together fit in `model.config.n_ctx`. An empty
-/// continuation has log-probability 0.
-///
-/// One forward pass over the concatenation is enough; do not count the
-/// log-probabilities of the prompt's own tokens.
-pub fn sequence_logprob(model: &TinyAgent, prompt: &[u32], continuation: &[u32]) -> f64 {
-    todo!("Exercise 3.4: the sum of log pi over the continuation's tokens")
-}
-
-// ---------------------------------------------------------------------------
-// Exercise 3.5: the attention pattern
-// ---------------------------------------------------------------------------
-
-/// Exercise 3.5: which keys each new query may attend to.
-///
-/// `valid[b]` has one entry per position of row `b`, cached and new
-/// together ($S$ entries, the same for every row), true for a real token and
-/// false for padding. The first `past` positions are already in the cache, so
-/// there are $T = S - \text{past}$ new queries. Return
-/// $\text{allowed}[b][i][i']$ for $i < T$ and $i' < S$: query $i$ sits at
-/// absolute position $\text{past} + i$ and may see key $i'$ when
-/// $i' \le \text{past} + i$ and key $i'$ is a real token; it may always see
-/// itself (so that a padding query still has one key, and its softmax is
-/// defined).
-///
-/// This is the pattern `TinyAgent::forward` builds for a left-padded batch
-/// and for every step that uses the cache.
-pub fn allowed_keys(valid: &[Vec<bool>], past: usize) -> Vec<Vec<Vec<bool>>> {
-    todo!("Exercise 3.5: causal and real, or the query itself")
-}
-
-// ---------------------------------------------------------------------------
-// Exercise 3.6: what the cache stores and what it saves
-// ---------------------------------------------------------------------------
-
-/// Exercise 3.6 (a): the numbers a `KvCache` holds for `batch` rows after
-/// `positions` positions (padding included) have gone through a model of
-/// shape `config`: the keys and values of every layer, and nothing else
-/// (ignore the small `[B, S]` validity mask).
-pub fn kv_cache_floats(config: &Config, batch: i64, positions: i64) -> i64 {
-    todo!("Exercise 3.6: keys and values, every layer, every head, every position")
-}
-
-/// Exercise 3.6 (b): token positions pushed through the model to generate
-/// `new` tokens after a prompt of `prompt` tokens, for one sequence.
-///
-/// The first pass feeds the whole prompt and gives the first new token; each
-/// further token needs one more pass; the last token drawn needs none. With
-/// a cache each further pass feeds one position; without one it feeds the
-/// whole sequence so far. Return `(with_cache, without_cache)`, each counting
-/// the prompt pass. Generating no tokens needs no pass at all: `(0, 0)`.
-pub fn recompute_vs_cache_tokens(prompt: i64, new: i64) -> (i64, i64) {
-    todo!("Exercise 3.6: positions fed with and without a KV cache")
+/// The policy of `agentrl::policies::RandomPolicy` draws each message
+/// uniformly from `n = task.menu.len() + 4` messages: `read`, `test`,
+/// `submit`, one `edit <op>` per op of the menu, and one malformed message.
+/// `read`, `test` and the malformed message leave the file as it is; an edit
+/// changes it (or leaves it alone if the op no longer applies, see
+/// `Edit::apply`); `submit` ends the episode with reward 1 exactly when the
+/// current file passes every public and every hidden test. With no turns
+/// left, nothing more can be earned. Compute the probability exactly, by
+/// recursion over (file, turns left), with a memo.
+pub fn random_success_probability(task: &Task, max_turns: usize) -> f64 {
+    todo!("Exercise 3.3: exact success probability of the random policy")
 }

@@ -10,7 +10,8 @@ use agentrl::agent::LmPolicy;
 use agentrl::episode::Owner;
 use agentrl::gym::{Gym, Info, Task};
 use agentrl::mdp::seeded_rng;
-use agentrl::pretrain::{corpus, pad_right, play, Played};
+use agentrl::pretrain::{corpus, pad_right};
+use agentrl::rollout::{play, Played};
 use agentrl::tinyagent::{Config, Sampling, TinyAgent};
 use agentrl::tokenizer::{render, Bpe};
 use agentrl::trajectory::{collate, policy_logprobs, retokenized_action, weighted_nll, Trajectory};
@@ -40,7 +41,7 @@ fn played(tasks: &[Task], bpe: &Bpe, model: &TinyAgent, seed: u64) -> Vec<Played
 }
 
 /// Where each policy segment of `played` sits in its token stream, with its segment.
-fn policy_segments(played: &Played) -> Vec<(usize, usize, &agentrl::pretrain::Segment)> {
+fn policy_segments(played: &Played) -> Vec<(usize, usize, &agentrl::rollout::Segment)> {
     let mut at = 0;
     let mut found = Vec::new();
     for segment in &played.segments {

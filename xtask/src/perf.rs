@@ -1,0 +1,85 @@
+//! `cargo xtask perf`: run the benchmarks under the book's settings (one
+//! libtorch thread, the pinned kernels) and write the table of measured
+//! ratios that the performance appendix includes. Times change from run to
+//! run and machine to machine; ratios measured in one run change much less,
+//! and the table says on which processor they were measured.
+
+use crate::setup;
+use crate::util::{self, root, run, step, Result};
+use serde_json::Value;
+use std::process::Command;
+
+/// Where the table goes; the appendix includes it.
+const TABLE: &str = "chapters/appendix-performance-measured.md";
+
+/// The median time of a criterion benchmark, in seconds.
+fn median(group: &str, name: &str) -> Result<f64> {
+    let path = root().join("target/criterion").join(group).join(name).join("new/estimates.json");
+    let estimates: Value = serde_json::from_str(&util::read(&path)?).map_err(|err| format!("{}: {err}", path.display()))?;
+    estimates["median"]["point_estimate"].as_f64().map(|ns| ns * 1e-9).ok_or_else(|| format!("{}: no median", path.display()))
+}
+
+/// The value after `label` on the line of `text` that starts with it.
+fn field(text: &str, label: &str, index: usize) -> Result<f64> {
+    let line = text.lines().find(|l| l.starts_with(label)).ok_or_else(|| format!("the train_step benchmark printed no `{label}` line:\n{text}"))?;
+    line[label.len()..]
+        .split_whitespace()
+        .nth(index)
+        .and_then(|v| v.trim_end_matches('%').parse().ok())
+        .ok_or_else(|| format!("cannot read `{line}`"))
+}
+
+fn processor() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = info.lines().find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())).unwrap_or_else(|| "unknown".into());
+    let isa = if info.contains(" avx512f") { "AVX-512" } else if info.contains(" avx2") { "AVX2" } else { "no AVX2" };
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    format!("{model} ({isa}, {cores} cores)")
+}
+
+/// Run the benchmarks (unless `stored`: then rewrite the table from the
+/// results of the last run, kept in `target/`) and write the table.
+pub fn perf(stored: bool) -> Result<()> {
+    let step_output = root().join("target/criterion/train_step.txt");
+    if !stored {
+        setup::all(false)?;
+        let env = setup::book_env();
+        step("benchmarks: generation with and without the KV cache, the gym and its runners (criterion)");
+        run(Command::new("cargo").args(["bench", "-p", "agentrl", "--bench", "generate", "--bench", "gym"]).envs(env.clone()).current_dir(root()))?;
+        step("benchmark: one GRPO++ training step");
+        let out = util::capture(Command::new("cargo").args(["bench", "-p", "agentrl", "--bench", "train_step"]).envs(env).current_dir(root()))?;
+        if !out.status.success() {
+            return Err(format!("the train_step benchmark failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+        }
+        std::fs::write(&step_output, &out.stdout).map_err(|err| format!("cannot write {}: {err}", step_output.display()))?;
+    }
+    let text = util::read(&step_output)?;
+    let (cached, recomputed) = (median("generate_256", "kv_cache")?, median("generate_256", "recompute")?);
+    let single = median("generate_256", "kv_cache_32_bit")?;
+    let (cold, warm, process) = (median("runner", "in_process_cold_compile")?, median("runner", "in_process_cached_compile")?, median("runner", "process")?);
+    let (generation, environment, learning) = (field(&text, "generation", 1)?, field(&text, "environment", 1)?, field(&text, "learning", 1)?);
+    let per_action = field(&text, "sequence tokens per trained action token:", 0)?;
+    let episode = median("gym", "random_episode")?;
+    let rows = [
+        ("KV cache", "generating 256 tokens for 8 prompts: time without the cache / time with it", format!("{:.1}×", recomputed / cached)),
+        ("64-bit weights", "the same generation with the cache: 64-bit weights / 32-bit weights", format!("{:.2}×", cached / single)),
+        ("compile cache", "public tests of task 0, in process: cold compile / cached compile", format!("{:.1}×", cold / warm)),
+        ("process isolation", "the same tests in a child process / in process with a cached compile", format!("{:.0}×", process / warm)),
+        ("result cache", "one random-policy episode, test results cached / one test run in process", format!("{:.2}×", episode / warm)),
+        ("training step", "share of generation (sampling with the KV cache)", format!("{generation:.0} %")),
+        ("", "share of the environment (tools, test runs, observations)", format!("{environment:.0} %")),
+        ("", "share of learning (advantages, forward and backward, optimiser)", format!("{learning:.0} %")),
+        ("", "sequence tokens through the update per trained action token", format!("{per_action:.1}")),
+    ];
+    let mut table = format!(
+        "<!-- written by `cargo xtask perf`; do not edit -->\n\nMeasured in one run of `cargo xtask perf` on {}, PyTorch {} (libtorch), one libtorch thread, AVX2 kernels.\n\n| what | ratio of | measured |\n| --- | --- | ---: |\n",
+        processor(),
+        setup::TORCH
+    );
+    for (what, of, value) in rows {
+        table.push_str(&format!("| {what} | {of} | {value} |\n"));
+    }
+    std::fs::write(root().join(TABLE), &table).map_err(|err| format!("cannot write {TABLE}: {err}"))?;
+    eprintln!("{table}\nwrote {TABLE}");
+    Ok(())
+}
