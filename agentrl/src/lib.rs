@@ -30,6 +30,7 @@
 //! | [`ppo`] | 8 | importance ratios, the clipped surrogate, clip fraction and approximate KL, PPO as an algorithm of the loop |
 //! | [`grpo`] | 9 | GRPO and its variants: loss normalisations, clip-higher, group filters, named configs, the regulariser hook |
 //! | [`regularization`] | 10 | KL estimators k1/k2/k3 and their exact moments; a KL penalty towards a reference policy (reward or loss); an entropy bonus |
+//! | [`reward`] | 11 | verifiers (hidden tests, public tests, partial credit, patch similarity), a learned judge, exploit monitors, training on any verifier ([`reward::Verified`]), a hack lab |
 
 pub mod advantage;
 pub mod agent;
@@ -48,6 +49,7 @@ pub mod ppo;
 pub mod pomdp;
 pub mod pretrain;
 pub mod regularization;
+pub mod reward;
 pub mod rollout;
 pub mod runner;
 pub mod sandbox;

@@ -325,10 +325,15 @@ pub fn draw_tasks(n: usize, tasks: usize, group: usize, rng: &mut StdRng) -> Vec
 
 /// The held-out success of `model`: `per_task` sampled episodes on each task.
 pub fn success_rate(model: &TinyAgent, bpe: &Bpe, tasks: &[Task], per_task: usize, rng: &mut StdRng) -> f64 {
+    let played = evaluation_episodes(model, bpe, tasks, per_task, rng);
+    played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64
+}
+
+/// `per_task` episodes on each of `tasks`, sampled at temperature 1.
+pub fn evaluation_episodes(model: &TinyAgent, bpe: &Bpe, tasks: &[Task], per_task: usize, rng: &mut StdRng) -> Vec<Played> {
     let policy = LmPolicy { model, bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
     let which: Vec<usize> = (0..tasks.len()).flat_map(|t| std::iter::repeat_n(t, per_task)).collect();
-    let played = play(&policy, tasks, &which, crate::gym::MAX_TURNS, rng);
-    played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64
+    play(&policy, tasks, &which, crate::gym::MAX_TURNS, rng)
 }
 
 /// The book's one training loop. Each iteration plays a group of episodes on

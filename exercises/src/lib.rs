@@ -61,13 +61,14 @@ macro_rules! exercise_files {
 pub mod ch00;
 pub mod ch01;
 pub mod ch02;
-pub mod ch04;
 pub mod ch03;
+pub mod ch04;
 pub mod ch05;
 pub mod ch06;
 pub mod ch07;
 pub mod ch08;
 pub mod ch09;
 pub mod ch10;
+pub mod ch11;
 #[cfg(test)]
 mod testkit;
