@@ -20,16 +20,16 @@ pub fn confusion(truth: &[bool], scores: &[f64], threshold: f64) -> [usize; 4] {
 }
 
 /// Exercise 11.2: a 1 is reported for a success that is kept or a failure
-/// that is flipped, $p (1 - q) + (1 - p) q = q + (1 - 2q) p$.
-pub fn flipped_mean(p: f64, q: f64) -> f64 {
-    q + (1.0 - 2.0 * q) * p
+/// that is flipped, $p (1 - \varphi) + (1 - p) \varphi = \varphi + (1 - 2\varphi) p$.
+pub fn flipped_mean(p: f64, flip: f64) -> f64 {
+    flip + (1.0 - 2.0 * flip) * p
 }
 
 /// Exercise 11.2: the reported rewards are independent Bernoulli($p'$)
 /// draws, so the group is uninformative when all are 1 or all are 0.
-pub fn informative_share(p: f64, q: f64, g: usize) -> f64 {
+pub fn informative_share(p: f64, flip: f64, g: usize) -> f64 {
     assert!(g >= 1, "a group has at least one episode");
-    let reported = flipped_mean(p, q);
+    let reported = flipped_mean(p, flip);
     1.0 - reported.powi(g as i32) - (1.0 - reported).powi(g as i32)
 }
 

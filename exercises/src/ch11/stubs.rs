@@ -33,19 +33,19 @@ pub fn confusion(truth: &[bool], scores: &[f64], threshold: f64) -> [usize; 4] {
 /// Exercise 11.2 (first half): the expected reward of an episode under a
 /// flaky verifier. The episode succeeds with probability `p` (true reward 1,
 /// otherwise 0); the verifier reports the true reward, but flips it
-/// ($1 \leftrightarrow 0$) with probability `q`, independently of the
+/// ($1 \leftrightarrow 0$) with probability `flip`, independently of the
 /// outcome. Return the probability $p'$ that the reported reward is 1.
-pub fn flipped_mean(p: f64, q: f64) -> f64 {
+pub fn flipped_mean(p: f64, flip: f64) -> f64 {
     todo!("Exercise 11.2: the probability that the flaky verifier reports 1")
 }
 
 /// Exercise 11.2 (second half): the probability that a group of `g`
 /// episodes ($g \ge 1$, independent, each with success probability `p`) is
 /// *informative* when every reward passes through the flaky verifier of
-/// [`flipped_mean`] (flip probability `q`, independently per episode): that
-/// its reported rewards are not all equal. With `q = 0` this is Chapter 9's
+/// [`flipped_mean`] (flip probability `flip`, independently per episode): that
+/// its reported rewards are not all equal. With `flip = 0` this is Chapter 9's
 /// $1 - p^G - (1 - p)^G$.
-pub fn informative_share(p: f64, q: f64, g: usize) -> f64 {
+pub fn informative_share(p: f64, flip: f64, g: usize) -> f64 {
     todo!("Exercise 11.2: one minus the probability that all g reported rewards agree")
 }
 
