@@ -170,7 +170,7 @@ pub fn monitor(task: &Task, source: &str) -> Vec<Flag> {
 // ANCHOR_END: monitor
 
 // ANCHOR: judge
-/// A learned judge: logistic regression on the policy's last hidden state of
+/// A learned judge: logistic regression on a model's last hidden state of
 /// an episode, which has read the whole transcript (calls, test output,
 /// `submitted`). Trained on labelled episodes, it outputs P(solved).
 pub struct Judge {

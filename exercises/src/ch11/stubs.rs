@@ -74,8 +74,8 @@ pub fn returns_literal_first(original: &str, edited: &str) -> bool {
 // ---------------------------------------------------------------------------
 
 /// Exercise 11.4: the similarity ratio of two strings,
-/// $$\frac{2M}{|a| + |b|},$$
-/// where $|a|$ and $|b|$ are their lengths in characters (`char`s, not
+/// $$\frac{2M}{|x| + |y|},$$
+/// where $|x|$ and $|y|$ are their lengths in characters (`char`s, not
 /// bytes) and $M$ is the length of a longest common subsequence of their
 /// characters (characters of both, in the same order, not necessarily
 /// adjacent). Two empty strings have ratio 1. This is the ratio with which
