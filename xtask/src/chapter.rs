@@ -392,3 +392,34 @@ mod order_tests {
         assert!(problems.is_empty(), "{}", problems.join("\n"));
     }
 }
+
+/// Cells that keep a closure in a top-level variable: evcxr, the notebooks'
+/// kernel, cannot carry a closure from one cell to the next, so such a cell
+/// runs in the chapter and fails in Jupyter. A closure inside a block, or a
+/// `fn`, is fine.
+pub fn kept_closure_problems() -> Vec<String> {
+    let Ok(book) = all() else { return vec!["cannot list the chapters".into()] };
+    let mut problems = Vec::new();
+    for chapter in book {
+        for cell in &chapter.cells {
+            for (offset, line) in cell.code.lines().enumerate() {
+                if let Some(rest) = line.strip_prefix("let ") {
+                    let value = rest.split_once('=').map(|(_, v)| v.trim_start()).unwrap_or("");
+                    if value.starts_with('|') || value.starts_with("move |") {
+                        problems.push(format!("chapters/{}.md line {}: a closure kept between cells (`{}`); put it in a block or write a fn", chapter.name, cell.line + offset, line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod closure_tests {
+    #[test]
+    fn no_chapter_keeps_a_closure_between_cells() {
+        let problems = super::kept_closure_problems();
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+}

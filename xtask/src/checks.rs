@@ -456,6 +456,7 @@ pub fn test(jupyter: bool) -> Result<()> {
     let chapters: Vec<Chapter> = chapter::all()?;
     tally.check("anchors: each opens once per file and is closed", chapter::anchor_problems());
     tally.check("order: no module, chapter or exercise uses a later chapter's module", chapter::order_problems());
+    tally.check("cells: no closure kept from one cell to the next (evcxr cannot)", chapter::kept_closure_problems());
     tally.check("notebooks up to date", notebook_problems(&chapters));
 
     let t = Instant::now();
