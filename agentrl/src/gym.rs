@@ -69,6 +69,10 @@ pub struct Task {
     pub public_tests: Vec<Test>,
     pub hidden_tests: Vec<Test>,
     pub menu: Vec<Edit>,
+    /// Chapter 12: the episode also offers `undo`, which restores the source
+    /// before the last edit (off for the gym's own tasks).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub undo: bool,
 }
 // ANCHOR_END: task
 
@@ -141,7 +145,8 @@ impl Task {
     /// What the agent reads first: the issue, the tools and the names of the ops.
     pub fn prompt(&self) -> String {
         let ops: Vec<&str> = self.menu.iter().map(|edit| edit.name.as_str()).collect();
-        format!("{}\nTools: read, test, edit <op>, submit. Ops: {}.", self.issue, ops.join(", "))
+        let undo = if self.undo { "undo, " } else { "" };
+        format!("{}\nTools: read, test, edit <op>, {undo}submit. Ops: {}.", self.issue, ops.join(", "))
     }
 }
 
@@ -475,7 +480,7 @@ pub fn generate(family: Family, seed: u64, id: impl Into<String>) -> Task {
         let buggy_program = Guarded::shared().compile(&source).expect("the buggy source compiles");
         let got = evaluate(&buggy_program, &failing.call).unwrap_or_else(|| "an error".into());
         let issue = format!("{}, but {} returns {got} instead of {}.", d.what, failing.call, failing.expected);
-        return Task { id: id.into(), family, issue, source, fixed, public_tests: public, hidden_tests: hidden, menu };
+        return Task { id: id.into(), family, issue, source, fixed, public_tests: public, hidden_tests: hidden, menu, undo: false };
     }
     panic!("no valid tests found for {family} with seed {seed}")
 }
@@ -503,6 +508,7 @@ pub fn task_zero() -> Task {
         public_tests: public,
         hidden_tests: HIDDEN_TESTS.iter().map(Test::from).collect(),
         menu,
+        undo: false,
     }
 }
 // ANCHOR_END: task_zero
@@ -635,6 +641,8 @@ pub struct BugFixEnv {
     pub max_turns: usize,
     task: usize,
     source: u32,
+    /// The sources before each edit of the episode, for `undo`.
+    history: Vec<u32>,
     turn: usize,
     done: bool,
     pub stats: CacheStats,
@@ -645,13 +653,15 @@ pub const MAX_TURNS: usize = 8;
 
 static PARSE_ERROR: &str = "ERROR: expected <call> tool [arg] </call>";
 static OVER: &str = "ERROR: the episode is over; call reset";
+static UNDONE: &str = "undid the last edit";
+static NOTHING_TO_UNDO: &str = "ERROR: no edit to undo";
 
 // ANCHOR: env
 impl BugFixEnv {
     pub fn new(tasks: impl Into<Arc<Vec<Task>>>, max_turns: usize) -> Self {
         let tasks = tasks.into();
         let caches = tasks.iter().map(|_| TaskCache::default()).collect();
-        BugFixEnv { tasks, caches, runner: None, max_turns, task: 0, source: 0, turn: 0, done: true, stats: CacheStats::default() }
+        BugFixEnv { tasks, caches, runner: None, max_turns, task: 0, source: 0, history: Vec::new(), turn: 0, done: true, stats: CacheStats::default() }
     }
 
     /// Run tests with another runner (for example a `ProcessRunner`).
@@ -670,6 +680,7 @@ impl BugFixEnv {
             cache.unchanged = spec.menu.iter().map(|e| format!("edit {}: nothing to change", e.name).into()).collect();
         }
         (self.task, self.turn, self.done) = (task, 0, false);
+        self.history.clear();
         self.source = cache.intern(&spec.source, spec.menu.len());
         cache.prompt.clone().unwrap()
     }
@@ -692,6 +703,13 @@ impl BugFixEnv {
                 ("edit", Some(name)) => match self.tasks[self.task].menu.iter().position(|e| e.name == name) {
                     Some(op) => self.edit(op),
                     None => format!("ERROR: unknown op: {}", shorten(name, MAX_ECHO_CHARS)).into(),
+                },
+                ("undo", None) if self.tasks[self.task].undo => match self.history.pop() {
+                    Some(previous) => {
+                        self.source = previous;
+                        UNDONE.into()
+                    }
+                    None => NOTHING_TO_UNDO.into(),
                 },
                 ("submit", None) => {
                     info.submitted = true;
@@ -763,6 +781,7 @@ impl BugFixEnv {
         if next == NO_MATCH {
             return self.caches[task].unchanged[op].clone();
         }
+        self.history.push(self.source);
         self.source = next;
         self.caches[task].edited[op].clone()
     }

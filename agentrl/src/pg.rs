@@ -442,6 +442,12 @@ pub type Run = (Schedule, Box<dyn Algorithm + Send>);
 /// test command, a notebook reuses its chapter's finished runs ([`reuse_or`]).
 pub fn train_from_base(gym: &crate::gym::Gym, runs: Vec<Run>, threads: usize, root: &Path) -> Vec<Vec<TrainRecord>> {
     crate::pretrain::base_model(&gym.train); // on disk before the threads load it
+    train_from(&crate::pretrain::base_dir(), gym, runs, threads, root)
+}
+
+/// [`train_from_base`], starting every run from the model stored in `start`
+/// (by [`crate::pretrain::save_model`]) instead of the base model.
+pub fn train_from(start: &Path, gym: &crate::gym::Gym, runs: Vec<Run>, threads: usize, root: &Path) -> Vec<Vec<TrainRecord>> {
     let cache = std::env::var_os("AGENTRL_RUN_CACHE").filter(|v| !v.is_empty()).map(PathBuf::from);
     let count = runs.len();
     let queue = std::sync::Mutex::new(runs.into_iter().enumerate().rev().collect::<Vec<_>>()); // popped in order
@@ -453,7 +459,7 @@ pub fn train_from_base(gym: &crate::gym::Gym, runs: Vec<Run>, threads: usize, ro
                 let Some((i, (schedule, mut algorithm))) = next else { break };
                 let dir: PathBuf = root.join(schedule.name.replace([' ', '.'], "_"));
                 let outcome = reuse_or(cache.as_deref(), &dir, &schedule, algorithm.config_json(), || {
-                    let (bpe, mut model) = crate::pretrain::base_model(&gym.train);
+                    let (bpe, mut model) = crate::pretrain::load_model(start)?;
                     train(&mut model, &bpe, (&gym.train, &gym.held_out), &schedule, algorithm.as_mut(), &dir)
                 });
                 results.lock().expect("the results").push((i, outcome.unwrap_or_else(|err| panic!("run {}: {err}", schedule.name))));

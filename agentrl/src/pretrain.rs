@@ -59,12 +59,16 @@ impl Policy for Uninformed {
 
 /// `episodes` transcripts of the uninformed policy, cycling through `tasks`.
 pub fn corpus(tasks: &[Task], episodes: usize, seed: u64) -> Vec<Vec<(Owner, String)>> {
+    corpus_of(tasks, episodes, &mut Uninformed::new(seed))
+}
+
+/// `episodes` transcripts of `policy`, cycling through `tasks`.
+pub fn corpus_of(tasks: &[Task], episodes: usize, policy: &mut dyn Policy) -> Vec<Vec<(Owner, String)>> {
     let mut env = BugFixEnv::new(tasks.to_vec(), crate::gym::MAX_TURNS);
-    let mut policy = Uninformed::new(seed);
     (0..episodes)
         .map(|i| {
             let mut transcript = Vec::new();
-            run_episode(&mut env, i % tasks.len(), &mut policy, Some(&mut transcript));
+            run_episode(&mut env, i % tasks.len(), policy, Some(&mut transcript));
             transcript
         })
         .collect()
@@ -218,13 +222,9 @@ pub fn save_as_base(bpe: &Bpe, model: &TinyAgent) {
 pub fn base_model(tasks: &[Task]) -> (Bpe, TinyAgent) {
     let dir = base_dir();
     let stamp = stamp();
-    let (tokenizer, weights, config) = (dir.join("tokenizer.json"), dir.join("tinyagent.safetensors"), dir.join("config.json"));
-    if std::fs::read_to_string(&config).ok().as_deref() == Some(&stamp) {
-        if let (Ok(bpe), true) = (Bpe::load(&tokenizer), weights.exists()) {
-            let model_config = Config { vocab: bpe.vocab_size() as i64, ..BASE.model };
-            if let Ok(model) = TinyAgent::load(model_config, &weights, crate::tinyagent::device()) {
-                return (bpe, model);
-            }
+    if std::fs::read_to_string(dir.join("config.json")).ok().as_deref() == Some(&stamp) {
+        if let Ok(found) = load_model(&dir) {
+            return found;
         }
     }
     let (bpe, model, _) = train_base(tasks, &BASE);
@@ -233,10 +233,23 @@ pub fn base_model(tasks: &[Task]) -> (Bpe, TinyAgent) {
 }
 
 fn save_base(dir: &Path, bpe: &Bpe, model: &TinyAgent, stamp: &str) {
-    std::fs::create_dir_all(dir).unwrap_or_else(|err| panic!("cannot create {}: {err}", dir.display()));
-    bpe.save(&dir.join("tokenizer.json")).unwrap_or_else(|err| panic!("{err}"));
-    model.save(&dir.join("tinyagent.safetensors")).unwrap_or_else(|err| panic!("{err}"));
+    save_model(dir, bpe, model).unwrap_or_else(|err| panic!("{err}"));
     std::fs::write(dir.join("config.json"), stamp).unwrap_or_else(|err| panic!("cannot write the base model's config: {err}"));
+}
+
+/// Store a tokenizer and a model with `BASE`'s architecture in `dir`.
+pub fn save_model(dir: &Path, bpe: &Bpe, model: &TinyAgent) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+    bpe.save(&dir.join("tokenizer.json"))?;
+    model.save(&dir.join("tinyagent.safetensors"))
+}
+
+/// The tokenizer and the model that [`save_model`] stored in `dir`.
+pub fn load_model(dir: &Path) -> Result<(Bpe, TinyAgent), String> {
+    let bpe = Bpe::load(&dir.join("tokenizer.json"))?;
+    let model_config = Config { vocab: bpe.vocab_size() as i64, ..BASE.model };
+    let model = TinyAgent::load(model_config, &dir.join("tinyagent.safetensors"), crate::tinyagent::device())?;
+    Ok((bpe, model))
 }
 // ANCHOR_END: base
 
