@@ -31,6 +31,7 @@
 //! | [`grpo`] | 9 | GRPO and its variants: loss normalisations, clip-higher, group filters, named configs, the regulariser hook |
 //! | [`regularization`] | 10 | KL estimators k1/k2/k3 and their exact moments; a KL penalty towards a reference policy (reward or loss); an entropy bonus |
 //! | [`reward`] | 11 | verifiers (hidden tests, public tests, partial credit, patch similarity), a learned judge, exploit monitors, training on any verifier ([`reward::Verified`]), a hack lab |
+//! | [`horizon`] | 12 | edit menus as diffs under neutral labels with `undo`, files with several bugs, the held-out families, test-driven search, potential-based shaping, context growth, degenerate episodes |
 
 pub mod advantage;
 pub mod agent;
@@ -41,6 +42,7 @@ pub mod diagrams;
 pub mod episode;
 pub mod grpo;
 pub mod gym;
+pub mod horizon;
 pub mod mdp;
 pub mod plot;
 pub mod policies;

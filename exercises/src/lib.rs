@@ -70,5 +70,6 @@ pub mod ch08;
 pub mod ch09;
 pub mod ch10;
 pub mod ch11;
+pub mod ch12;
 #[cfg(test)]
 mod testkit;
