@@ -463,7 +463,8 @@ pub fn context_lengths(played: &Played) -> Vec<usize> {
 // ANCHOR_END: context
 
 // ANCHOR: degenerate
-/// Why an episode may be dropped before the update, as some agent trainers do.
+/// Why an episode may be degenerate: signs that agent harnesses watch for
+/// and that a trainer could use to drop the episode before the update.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Degenerate {
     /// Some action did not parse.
