@@ -402,17 +402,23 @@ pub fn kept_closure_problems() -> Vec<String> {
     let mut problems = Vec::new();
     for chapter in book {
         for cell in &chapter.cells {
-            for (offset, line) in cell.code.lines().enumerate() {
-                if let Some(rest) = line.strip_prefix("let ") {
-                    let value = rest.split_once('=').map(|(_, v)| v.trim_start()).unwrap_or("");
-                    if value.starts_with('|') || value.starts_with("move |") {
-                        problems.push(format!("chapters/{}.md line {}: a closure kept between cells (`{}`); put it in a block or write a fn", chapter.name, cell.line + offset, line.trim()));
-                    }
-                }
+            for (offset, line) in kept_closures(&cell.code) {
+                problems.push(format!("chapters/{}.md line {}: a closure kept between cells (`{}`); put it in a block or write a fn", chapter.name, cell.line + offset, line.trim()));
             }
         }
     }
     problems
+}
+
+/// The lines of a cell (with their offsets) that bind a closure at the top level.
+fn kept_closures(code: &str) -> Vec<(usize, &str)> {
+    code.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let value = line.strip_prefix("let ").and_then(|rest| rest.split_once('=')).map(|(_, v)| v.trim_start()).unwrap_or("");
+            value.starts_with('|') || value.starts_with("move |")
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -421,5 +427,12 @@ mod closure_tests {
     fn no_chapter_keeps_a_closure_between_cells() {
         let problems = super::kept_closure_problems();
         assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    #[test]
+    fn a_planted_top_level_closure_is_caught_and_a_block_or_fn_is_not() {
+        let cell = "let f = |x: f64| x + 1.0;\nlet g = move |x: f64| x;\n{\n    let h = |x: f64| x;\n}\nfn k(x: f64) -> f64 { x }\nlet n = 3;";
+        let found: Vec<usize> = super::kept_closures(cell).iter().map(|(offset, _)| *offset).collect();
+        assert_eq!(found, [0, 1]);
     }
 }
