@@ -3,9 +3,11 @@
 //! ([`neutral`]); files with several bugs ([`compose`]); the split of the
 //! families into trained and held-out ones ([`family_split`]); a scripted
 //! test-driven search ([`Searcher`]) and a policy that slips ([`Slipping`]);
-//! potential-based shaping of the repair MDP ([`shape`]); the length of the
-//! context turn by turn ([`context_lengths`]); and the degenerate episodes a
-//! trainer may drop ([`degenerate`]).
+//! potential-based shaping of the repair MDP ([`shape`]); per-turn credit from
+//! test progress ([`TurnCredit`]); the length of the context turn by turn
+//! ([`context_lengths`]) and a history that elides old observations
+//! ([`elide_observations`]); and the degenerate episodes a trainer may drop
+//! ([`degenerate`]).
 
 use crate::episode::parse_call;
 use crate::gym::{BugFixEnv, Edit, EditKind, Family, Gym, Task, MAX_TURNS};
@@ -18,7 +20,8 @@ use crate::pretrain::{base_model, corpus_of, load_model, pretrain, save_model, P
 use std::path::{Path, PathBuf};
 use crate::tinyagent::TinyAgent;
 use crate::tokenizer::Bpe;
-use crate::rollout::Played;
+use crate::episode::Owner;
+use crate::rollout::{Played, Segment};
 use crate::runner::{Guarded, TestRunner};
 use crate::sandbox::all_pass;
 use rand::rngs::StdRng;
@@ -423,6 +426,89 @@ impl Algorithm for Overlong {
 }
 // ANCHOR_END: overlong
 
+// ANCHOR: turn_credit
+/// Per-turn credit from test progress: on top of the inner algorithm's
+/// advantage, every action token of turn t gets `weight` × (Φ(s_{t+1}) − Φ(s_t)),
+/// where Φ is the fraction of public tests the file passes ([`public_fraction`]):
+/// the progress its own turn made, positive or negative, and nothing for the
+/// turns after it. Also reports the share of turns that changed Φ.
+pub struct TurnCredit {
+    pub weight: f64,
+    /// The tasks the training loop plays (the episodes' `task` indexes these).
+    pub tasks: Vec<Task>,
+    pub inner: Box<dyn Algorithm + Send>,
+    /// The current iteration's credit, one value per token of each episode.
+    credit: Vec<Vec<f64>>,
+}
+
+impl TurnCredit {
+    pub fn new(weight: f64, tasks: Vec<Task>, inner: Box<dyn Algorithm + Send>) -> TurnCredit {
+        TurnCredit { weight, tasks, inner, credit: Vec::new() }
+    }
+}
+
+/// Φ(s_{t+1}) − Φ(s_t) for every turn of an episode on `task`.
+pub fn turn_progress(task: &Task, actions: &[String]) -> Vec<f64> {
+    let mut before = public_fraction(task, &task.source);
+    sources_by_turn(task, actions)
+        .iter()
+        .map(|source| {
+            let after = public_fraction(task, source);
+            let progress = after - before;
+            before = after;
+            progress
+        })
+        .collect()
+}
+
+impl Algorithm for TurnCredit {
+    fn rewards(&mut self, played: &[Played], trajectories: &[Trajectory], report: &mut Report) -> Vec<f64> {
+        let (mut turns, mut moved) = (0, 0);
+        self.credit = played
+            .iter()
+            .map(|p| {
+                let progress = turn_progress(&self.tasks[p.task], &p.actions);
+                turns += progress.len();
+                moved += progress.iter().filter(|d| **d != 0.0).count();
+                let mut turn = 0;
+                let mut credit = Vec::new();
+                for segment in &p.segments {
+                    let value = if segment.owner == Owner::Policy { turn += 1; self.weight * progress[turn - 1] } else { 0.0 };
+                    credit.extend(std::iter::repeat_n(value, segment.ids.len()));
+                }
+                credit
+            })
+            .collect();
+        report.insert("progress_turns".into(), moved as f64 / turns.max(1) as f64);
+        self.inner.rewards(played, trajectories, report)
+    }
+
+    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, report: &mut Report) -> Tensor {
+        let episode = self.inner.advantages(model, trajectories, rollout, rewards, group, report); // [N, T]
+        let (n, t) = (rollout.mask.size()[0], rollout.mask.size()[1]);
+        let mut credit = vec![0.0; (n * t) as usize];
+        for (row, values) in self.credit.iter().enumerate() {
+            credit[row * t as usize..][..values.len()].copy_from_slice(values);
+        }
+        let credit = Tensor::from_slice(&credit).view([n, t]).to_device(rollout.mask.device()) * &rollout.mask; // [N, T]
+        episode + credit
+    }
+
+    fn config_json(&self) -> Option<String> {
+        let inner: serde_json::Value = self.inner.config_json().and_then(|c| serde_json::from_str(&c).ok()).unwrap_or_default();
+        Some(serde_json::json!({ "turn_credit_weight": self.weight, "inner": inner }).to_string())
+    }
+
+    fn keep(&mut self, played: &[Played], group: usize, report: &mut Report) -> Vec<usize> {
+        self.inner.keep(played, group, report)
+    }
+
+    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor {
+        self.inner.loss(forward, minibatch, advantages, rows, report)
+    }
+}
+// ANCHOR_END: turn_credit
+
 // ANCHOR: replay
 /// The source after each turn of an episode on `task`, replayed through the
 /// environment itself (so `undo` and ops that change nothing count as they did).
@@ -449,7 +535,6 @@ pub fn public_fraction(task: &Task, source: &str) -> f64 {
 /// Per episode, the context length in tokens when the policy writes its
 /// action of each turn (the prompt and every earlier turn and observation).
 pub fn context_lengths(played: &Played) -> Vec<usize> {
-    use crate::episode::Owner;
     let mut lengths = Vec::new();
     let mut so_far = 0;
     for segment in &played.segments {
@@ -461,6 +546,31 @@ pub fn context_lengths(played: &Played) -> Vec<usize> {
     lengths
 }
 // ANCHOR_END: context
+
+// ANCHOR: elide
+/// A view of an episode ([`crate::rollout::View`]) that keeps the prompt,
+/// every action and the last `keep` observations, and shows each older
+/// observation as `marker` (encoded, with its role tokens): the rewrite of a
+/// harness that elides old tool output.
+pub fn elide_observations(keep: usize, marker: Vec<u32>) -> impl Fn(&[Segment]) -> Vec<u32> + Sync {
+    move |segments| {
+        let observations = segments.iter().filter(|s| s.owner == Owner::Env).count();
+        let mut seen = 0;
+        let mut ids = Vec::new();
+        for segment in segments {
+            if segment.owner == Owner::Env {
+                seen += 1;
+                if seen + keep <= observations {
+                    ids.extend(&marker);
+                    continue;
+                }
+            }
+            ids.extend(&segment.ids);
+        }
+        ids
+    }
+}
+// ANCHOR_END: elide
 
 // ANCHOR: degenerate
 /// Why an episode may be degenerate: signs that agent harnesses watch for
@@ -494,6 +604,51 @@ mod tests {
     use std::sync::LazyLock;
 
     static GYM: LazyLock<Gym> = LazyLock::new(Gym::standard);
+
+    #[test]
+    fn turn_credit_pays_each_turn_its_own_progress_on_its_own_tokens() {
+        use crate::pg::Reinforce;
+        use crate::trajectory::collate;
+        let task = GYM.train[0].clone();
+        let distractor = task.ops_of_kind(EditKind::Distractor).next().unwrap().name.clone();
+        let actions: Vec<String> = [format!("edit {distractor}"), "test".into(), format!("edit {}", task.fix_op()), "submit".into()].iter().map(|c| format!("<call> {c} </call>")).collect();
+        let progress = turn_progress(&task, &actions);
+        let start = public_fraction(&task, &task.source);
+        let last = public_fraction(&task, sources_by_turn(&task, &actions).last().unwrap());
+        assert_eq!(progress.len(), 4);
+        assert!((progress.iter().sum::<f64>() - (last - start)).abs() < 1e-12 && progress[1] == 0.0 && progress[3] == 0.0, "{progress:?}");
+        let fix_first = [format!("<call> edit {} </call>", task.fix_op()), "<call> submit </call>".to_string()];
+        assert_eq!(turn_progress(&task, &fix_first), vec![1.0 - start, 0.0]);
+        // Segments: prompt 3 ids, then (action 2 ids, observation 1 id) per turn.
+        let mut segments = vec![Segment { owner: Owner::Prompt, ids: vec![1, 2, 3], logprobs: vec![] }];
+        for _ in &actions {
+            segments.push(Segment { owner: Owner::Policy, ids: vec![4, 5], logprobs: vec![-0.5, -0.5] });
+            segments.push(Segment { owner: Owner::Env, ids: vec![6], logprobs: vec![] });
+        }
+        let played = vec![Played { task: 0, segments, actions: actions.clone(), reward: 1.0, info: Default::default(), parse_errors: 0 }];
+        let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
+        let rollout = collate(&trajectories, tch::Device::Cpu);
+        let model = { let _turn = crate::book::seeded(0); TinyAgent::new(crate::tinyagent::Config { vocab: 8, n_ctx: 32, d_model: 8, n_layer: 1, n_head: 2 }, tch::Device::Cpu) };
+        let mut credit = TurnCredit::new(0.5, vec![task], Box::new(Reinforce::plain()));
+        let mut report = Report::new();
+        let rewards = credit.rewards(&played, &trajectories, &mut report);
+        let advantages = Vec::<f64>::try_from(credit.advantages(&model, &trajectories, &rollout, &rewards, 1, &mut report).view([-1])).unwrap();
+        let mut expected = vec![0.0; 3];
+        for d in &progress {
+            expected.extend([1.0 + 0.5 * d, 1.0 + 0.5 * d, 0.0]);
+        }
+        assert_eq!(advantages, expected);
+        assert_eq!(report["progress_turns"], progress.iter().filter(|d| **d != 0.0).count() as f64 / 4.0);
+    }
+
+    #[test]
+    fn an_elided_view_keeps_the_prompt_the_actions_and_the_last_observations() {
+        let segment = |owner: Owner, id: u32| Segment { owner, ids: vec![id, id], logprobs: vec![] };
+        let segments = vec![segment(Owner::Prompt, 1), segment(Owner::Policy, 2), segment(Owner::Env, 3), segment(Owner::Policy, 4), segment(Owner::Env, 5), segment(Owner::Policy, 6), segment(Owner::Env, 7)];
+        assert_eq!(elide_observations(1, vec![9])(&segments), vec![1, 1, 2, 2, 9, 4, 4, 9, 6, 6, 7, 7]);
+        assert_eq!(elide_observations(2, vec![9])(&segments), vec![1, 1, 2, 2, 9, 4, 4, 5, 5, 6, 6, 7, 7]);
+        assert_eq!(elide_observations(3, vec![9])(&segments), segments.iter().flat_map(|s| s.ids.clone()).collect::<Vec<_>>());
+    }
 
     #[test]
     fn a_neutral_task_hides_the_names_but_keeps_the_fix() {

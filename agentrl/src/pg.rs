@@ -628,19 +628,43 @@ mod tests {
         }
     }
 
+    /// A tokenizer for `tasks` (20 scripted episodes each).
+    fn small_tokenizer(tasks: &[crate::gym::Task]) -> Bpe {
+        let transcripts = crate::pretrain::corpus(tasks, 20, 0);
+        Bpe::train(transcripts.iter().map(|t| crate::tokenizer::render(t)), 400).unwrap()
+    }
+
+    /// The same small untrained model every time.
+    fn small_model(bpe: &Bpe) -> TinyAgent {
+        let _turn = crate::book::seeded(0);
+        TinyAgent::new(crate::tinyagent::Config { vocab: bpe.vocab_size() as i64, n_ctx: 768, d_model: 16, n_layer: 1, n_head: 2 }, tch::Device::Cpu)
+    }
+
+    #[test]
+    fn with_a_constant_learning_rate_a_shorter_run_is_a_prefix_of_a_longer_one() {
+        let gym = crate::gym::Gym::standard();
+        let (train_tasks, held_out) = (&gym.train[..12], &gym.held_out[..3]);
+        let bpe = small_tokenizer(train_tasks);
+        let fresh = || small_model(&bpe);
+        let root = std::env::temp_dir().join(format!("agentrl-prefix-{}", std::process::id()));
+        let long = Schedule { name: "long".into(), iterations: 4, tasks: 3, group: 2, lr: 1e-2, lr_end: 1e-2, eval_every: 2, eval_episodes: 1, seed: 7, ..Schedule::reinforce() };
+        // Half the iterations, evaluated on another schedule: evaluation draws from its own stream.
+        let short = Schedule { name: "short".into(), iterations: 2, eval_every: 1, ..long.clone() };
+        let run_long = train(&mut fresh(), &bpe, (train_tasks, held_out), &long, &mut Reinforce::plain(), &root.join("long")).unwrap();
+        let run_short = train(&mut fresh(), &bpe, (train_tasks, held_out), &short, &mut Reinforce::plain(), &root.join("short")).unwrap();
+        for (a, b) in run_long.iter().zip(&run_short).take(2) {
+            assert_eq!((&a.tasks, a.train_success, a.loss, a.generated_tokens), (&b.tasks, b.train_success, b.loss, b.generated_tokens), "iteration {}", a.iteration);
+        }
+        assert_eq!(run_long[2].held_out_success, run_short[2].held_out_success);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     #[test]
     fn two_variants_with_one_seed_draw_the_same_tasks_and_are_evaluated_on_the_same_episodes() {
-        use crate::gym::Gym;
-        use crate::pretrain::corpus;
-        use crate::tokenizer::render;
-        let gym = Gym::standard();
+        let gym = crate::gym::Gym::standard();
         let (train_tasks, held_out) = (&gym.train[..12], &gym.held_out[..3]);
-        let transcripts = corpus(train_tasks, 20, 0);
-        let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), 400).unwrap();
-        let fresh = || {
-            let _turn = crate::book::seeded(0);
-            TinyAgent::new(crate::tinyagent::Config { vocab: bpe.vocab_size() as i64, n_ctx: 768, d_model: 16, n_layer: 1, n_head: 2 }, tch::Device::Cpu)
-        };
+        let bpe = small_tokenizer(train_tasks);
+        let fresh = || small_model(&bpe);
         let root = std::env::temp_dir().join(format!("agentrl-streams-{}", std::process::id()));
         let a = Schedule { name: "a".into(), iterations: 3, tasks: 3, group: 2, lr: 1e-2, lr_end: 1e-2, eval_every: 1, eval_episodes: 1, seed: 5, ..Schedule::reinforce() };
         // Another algorithm, step size and update shape; and a learning rate of 0, so its model stays the initial one.

@@ -69,6 +69,18 @@ pub struct PlayTime {
 
 /// [`play`], also reporting how its time split between the policy and the environment.
 pub fn play_timed(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_turns: usize, rng: &mut StdRng) -> (Vec<Played>, PlayTime) {
+    play_viewed(policy, tasks_of, tasks, max_turns, None, rng)
+}
+
+/// What the policy reads of an episode before its next action, made from the
+/// episode's segments so far (Chapter 12: a harness that rewrites old history).
+pub type View<'a> = &'a (dyn Fn(&[Segment]) -> Vec<u32> + Sync);
+
+/// [`play_timed`], with the policy reading `view` of each episode instead of
+/// the whole token stream when a view is given. The episodes keep the whole
+/// stream; their log-probs belong to the contexts the view made, so they are
+/// for evaluation, not for the training loop.
+pub fn play_viewed(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_turns: usize, view: Option<View>, rng: &mut StdRng) -> (Vec<Played>, PlayTime) {
     let bpe = policy.bpe;
     let mut time = PlayTime::default();
     let started = Instant::now();
@@ -94,7 +106,8 @@ pub fn play_timed(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_tur
     // One row per open episode: each turn feeds only what was added since the last one.
     let mut cache = KvCache::default();
     while !open.is_empty() {
-        let contexts: Vec<Vec<u32>> = open.iter().map(|&i| played[i].ids()).collect();
+        // A context that does not extend the cached one is encoded again (`act_cached`).
+        let contexts: Vec<Vec<u32>> = open.iter().map(|&i| view.map_or_else(|| played[i].ids(), |view| view(&played[i].segments))).collect();
         let generating = Instant::now();
         let actions = policy.act_cached(&contexts, &mut cache, rng);
         time.generation += generating.elapsed().as_secs_f64();

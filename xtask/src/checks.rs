@@ -298,8 +298,9 @@ pub fn run_one(query: &str) -> Result<()> {
     let chapter = chapter::find(query)?;
     runner::build(std::slice::from_ref(&chapter))?;
     let run = runner::execute(&chapter, &scratch_figures(&chapter, "runner"), &[])?;
-    for (cell, out) in chapter.cells.iter().zip(&run.outputs) {
-        println!("--- chapters/{}.md line {} ---\n{out}", chapter.name, cell.line);
+    for (i, (cell, out)) in chapter.cells.iter().zip(&run.outputs).enumerate() {
+        let took = run.cell_seconds.get(i).map(|s| format!(" ({s:.1} s)")).unwrap_or_default();
+        println!("--- chapters/{}.md line {}{took} ---\n{out}", chapter.name, cell.line);
     }
     eprintln!("chapter {} ran in {:.2} s", chapter.name, run.elapsed.as_secs_f64());
     Ok(())
