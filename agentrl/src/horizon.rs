@@ -386,8 +386,8 @@ pub fn overlong_penalty(turns: usize, truncated: bool, budget: usize, cache: usi
 }
 
 /// Train with `inner`, its reward plus [`overlong_penalty`]; also reports
-/// the fraction of episodes that used `undo`, the mean number of turns and
-/// the fraction truncated.
+/// the fraction of episodes that used `undo`, the mean number of turns, the
+/// fraction truncated and the fraction with a repeated call ([`degenerate`]).
 pub struct Overlong {
     /// `None`: no penalty, only the reports.
     pub cache: Option<usize>,
@@ -400,6 +400,7 @@ impl Algorithm for Overlong {
         report.insert("undo".into(), played.iter().filter(|p| p.actions.iter().any(|a| parse_call(a).is_some_and(|c| c.tool == "undo"))).count() as f64 / n);
         report.insert("turns".into(), played.iter().map(|p| p.actions.len() as f64).sum::<f64>() / n);
         report.insert("truncated".into(), played.iter().filter(|p| p.info.truncated).count() as f64 / n);
+        report.insert("repeated".into(), played.iter().filter(|p| degenerate(p).repeated).count() as f64 / n);
         let rewards = self.inner.rewards(played, trajectories, report);
         match self.cache {
             Some(cache) => rewards.iter().zip(played).map(|(r, p)| r + overlong_penalty(p.actions.len(), p.info.truncated, MAX_TURNS, cache)).collect(),
@@ -586,6 +587,7 @@ pub struct Degenerate {
     pub truncated: bool,
 }
 
+/// The signs of [`Degenerate`] in one played episode.
 pub fn degenerate(played: &Played) -> Degenerate {
     let calls: Vec<Option<(String, Option<String>)>> = played.actions.iter().map(|a| parse_call(a).map(|c| (c.tool, c.arg))).collect();
     let repeated = calls.windows(2).any(|w| match (&w[0], &w[1]) {
@@ -593,6 +595,39 @@ pub fn degenerate(played: &Played) -> Degenerate {
         _ => false,
     });
     Degenerate { format_error: played.parse_errors > 0, repeated, truncated: played.info.truncated }
+}
+
+/// Train with `inner`, dropping from the update every episode with a format
+/// error or a repeated call (its reward still counts in its group's
+/// baseline); reports the fraction of episodes left out of the update.
+pub struct DropDegenerate {
+    pub inner: Box<dyn Algorithm + Send>,
+}
+
+impl Algorithm for DropDegenerate {
+    fn rewards(&mut self, played: &[Played], trajectories: &[Trajectory], report: &mut Report) -> Vec<f64> {
+        self.inner.rewards(played, trajectories, report)
+    }
+
+    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, report: &mut Report) -> Tensor {
+        self.inner.advantages(model, trajectories, rollout, rewards, group, report) // [N, T]
+    }
+
+    fn config_json(&self) -> Option<String> {
+        let inner: serde_json::Value = self.inner.config_json().and_then(|c| serde_json::from_str(&c).ok()).unwrap_or_default();
+        Some(serde_json::json!({ "drop_degenerate": true, "inner": inner }).to_string())
+    }
+
+    fn keep(&mut self, played: &[Played], group: usize, report: &mut Report) -> Vec<usize> {
+        let clean = |i: &usize| { let d = degenerate(&played[*i]); !d.format_error && !d.repeated };
+        let kept: Vec<usize> = self.inner.keep(played, group, report).into_iter().filter(clean).collect();
+        report.insert("dropped_degenerate".into(), 1.0 - kept.len() as f64 / played.len() as f64);
+        kept
+    }
+
+    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor {
+        self.inner.loss(forward, minibatch, advantages, rows, report)
+    }
 }
 // ANCHOR_END: degenerate
 
@@ -639,6 +674,21 @@ mod tests {
         }
         assert_eq!(advantages, expected);
         assert_eq!(report["progress_turns"], progress.iter().filter(|d| **d != 0.0).count() as f64 / 4.0);
+    }
+
+    #[test]
+    fn degenerate_episodes_are_left_out_of_the_update() {
+        use crate::pg::Reinforce;
+        let episode = |calls: &[&str], parse_errors: usize| Played { task: 0, segments: vec![], actions: calls.iter().map(|c| c.to_string()).collect(), reward: 1.0, info: Default::default(), parse_errors };
+        let played = vec![
+            episode(&["<call> test </call>", "<call> submit </call>"], 0),
+            episode(&["<call> test </call>", "<call> test </call>", "<call> submit </call>"], 0),
+            episode(&["oops", "<call> submit </call>"], 1),
+            episode(&["<call> edit 1 </call>", "<call> test </call>", "<call> edit 1 </call>", "<call> submit </call>"], 0),
+        ];
+        let mut report = Report::new();
+        assert_eq!(DropDegenerate { inner: Box::new(Reinforce::plain()) }.keep(&played, 4, &mut report), vec![0, 3]);
+        assert_eq!(report["dropped_degenerate"], 0.5);
     }
 
     #[test]
