@@ -376,15 +376,31 @@ pub fn book(serve: bool) -> Result<()> {
 }
 
 /// Execute every notebook in Jupyter under the second setting and compare its
-/// outputs and figures with the chapter's. One notebook at a time, each with
-/// both cores (the second setting has two threads), so that evcxr compiles the
-/// library and its dependencies once, in one build folder.
+/// outputs and figures with the chapter's. The first notebook compiles the
+/// library and its dependencies in slot 0's evcxr build folder; slot 1 starts
+/// from a copy of that folder, and the other notebooks run two at a time
+/// (evcxr compiles each cell on about one core).
 fn execute_notebooks(tally: &mut Tally, chapters: &[Chapter]) {
     step("notebooks: execute in Jupyter with the evcxr kernel under the second setting, compare with the chapters");
-    for chapter in in_stage_order(chapters.to_vec()) {
+    let order = in_stage_order(chapters.to_vec());
+    let run = |slot: usize, chapter: &Chapter| {
         let t = Instant::now();
-        let got = notebook::execute(&notebook::path(&chapter), &scratch_figures(&chapter, "jupyter"), setup::CHECK_KERNEL, 0);
+        let got = notebook::execute(&notebook::path(chapter), &scratch_figures(chapter, "jupyter"), setup::CHECK_KERNEL, slot);
         eprintln!("  notebook {} executed in {}", chapter.name, secs(t));
+        got
+    };
+    let mut results = Vec::new();
+    if let Some((first, rest)) = order.split_first() {
+        results.push(run(0, first));
+        match notebook::copy_build_folder(0, 1) {
+            Ok(()) => results.extend(util::parallel(rest, 2, run)),
+            Err(err) => {
+                eprintln!("  could not copy the evcxr build folder ({err}); the notebooks run one at a time");
+                results.extend(rest.iter().map(|chapter| run(0, chapter)));
+            }
+        }
+    }
+    for (chapter, got) in order.iter().zip(results) {
         let name = format!("notebook {}: outputs equal the chapter, under the second setting", chapter.name);
         let expected: Vec<&str> = chapter.cells.iter().map(|cell| cell.output.as_ref().map(|(text, _, _)| text.as_str()).unwrap_or("")).collect();
         match got {
@@ -397,7 +413,7 @@ fn execute_notebooks(tally: &mut Tally, chapters: &[Chapter]) {
                     .map(|((g, e), cell)| format!("cell at chapters/{}.md line {} differs in Jupyter (second setting):\n{}", chapter.name, cell.line, diff(e, g)))
                     .collect();
                 tally.check(&name, problems);
-                tally.check(&format!("notebook {}: figures", chapter.name), figure_problems(&chapter, &scratch_figures(&chapter, "jupyter")));
+                tally.check(&format!("notebook {}: figures", chapter.name), figure_problems(chapter, &scratch_figures(chapter, "jupyter")));
             }
             Ok(got) => tally.check(&name, vec![format!("{} code cells ran, expected {}", got.len(), expected.len())]),
             Err(err) => tally.check(&name, vec![err]),

@@ -106,6 +106,27 @@ pub fn generate(chapter: &Chapter) -> Result<String> {
     Ok(text)
 }
 
+/// The evcxr build folder of `slot`: outside the repository, because inside it
+/// cargo would take evcxr's crate for a stray member of our workspace.
+pub fn build_folder(slot: usize) -> PathBuf {
+    std::env::temp_dir().join(format!("agentrl-evcxr-{slot}"))
+}
+
+/// Replace slot `to`'s evcxr build folder by a copy of slot `from`'s, times
+/// kept, so that cargo finds the compiled dependencies up to date there too.
+pub fn copy_build_folder(from: usize, to: usize) -> Result<()> {
+    let (from, to) = (build_folder(from), build_folder(to));
+    if to.exists() {
+        std::fs::remove_dir_all(&to).map_err(|err| format!("cannot remove {}: {err}", to.display()))?;
+    }
+    let status = Command::new("cp").arg("-a").arg(&from).arg(&to).status().map_err(|err| format!("cannot run cp: {err}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cp -a {} {} failed ({status})", from.display(), to.display()))
+    }
+}
+
 /// Execute a notebook headless with the evcxr kernel `kernel`; return each code
 /// cell's stdout (the preamble cell excluded) and any error outputs. Runs that
 /// happen at the same time need different `slot`s: each slot has its own
@@ -115,9 +136,7 @@ pub fn execute(notebook: &Path, figures_dir: &Path, kernel: &str, slot: usize) -
     std::fs::create_dir_all(out_path.parent().unwrap()).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_dir_all(figures_dir);
     std::fs::create_dir_all(figures_dir).map_err(|e| e.to_string())?;
-    // Outside the repository: inside it, cargo would take evcxr's crate for a
-    // stray member of our workspace.
-    let evcxr_dir = std::env::temp_dir().join(format!("agentrl-evcxr-{slot}"));
+    let evcxr_dir = build_folder(slot);
     std::fs::create_dir_all(&evcxr_dir).map_err(|e| e.to_string())?;
     // nbclient with a listener that keeps the last lines a cell prints
     // (see the script's header)
