@@ -51,6 +51,12 @@ pub fn seeded(seed: i64) -> MutexGuard<'static, ()> {
 }
 // ANCHOR_END: generator
 
+/// The repository's data file `name` (`data/name`): measurements recorded
+/// once on a named machine and read by the chapters, such as Chapter 13's latencies.
+pub fn data_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data").join(name)
+}
+
 /// Where figure `name` is written: `$AGENTRL_FIGURES/name` when that variable
 /// is set (the runner points it at a scratch folder to check figures), else
 /// the repository's `figures/` folder.

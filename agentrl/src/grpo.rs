@@ -175,6 +175,8 @@ impl TrainConfig {
             eval_episodes: self.eval_episodes,
             checkpoint_every: self.checkpoint_every,
             seed: self.seed,
+            staleness: 0,
+            sampling_precision: None,
         }
     }
 

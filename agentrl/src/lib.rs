@@ -32,6 +32,9 @@
 //! | [`regularization`] | 10 | KL estimators k1/k2/k3 and their exact moments; a KL penalty towards a reference policy (reward or loss); an entropy bonus |
 //! | [`reward`] | 11 | verifiers (hidden tests, public tests, partial credit, patch similarity), a learned judge, exploit monitors, training on any verifier ([`reward::Verified`]), a hack lab |
 //! | [`horizon`] | 12 | edit menus as diffs under neutral labels with `undo`, files with several bugs, the held-out families, test-driven search, potential-based shaping, context growth, degenerate episodes |
+//! | [`offpolicy`] | 13 | learning from episodes another policy sampled: importance weights π_old/μ, truncated per token or per sequence, masked; the gap between sampler and learner measured |
+//! | [`exchange`] | 13 | trajectories on disk as JSONL (ids, action mask, sampling log-probs, reward, policy version), checked when read |
+//! | [`pipeline`] | 13 | rollout systems on a virtual clock: episode shapes, recorded and heavy-tailed latencies, lockstep and independent rollouts as timelines, asynchronous workers and a learner under a staleness bound |
 
 pub mod advantage;
 pub mod agent;
@@ -40,13 +43,16 @@ pub mod book;
 pub mod clamp;
 pub mod diagrams;
 pub mod episode;
+pub mod exchange;
 pub mod grpo;
 pub mod gym;
 pub mod horizon;
 pub mod mdp;
+pub mod offpolicy;
 pub mod plot;
 pub mod policies;
 pub mod pg;
+pub mod pipeline;
 pub mod ppo;
 pub mod pomdp;
 pub mod pretrain;

@@ -90,16 +90,22 @@ impl TabularSoftmax {
     /// θ_s ← θ_s + α (1/B) Σ_episodes Σ_t γ^t G_t ∇_θ log π(a_t | s_t), with
     /// G_t the return from t and ∇ log π(a | s) = e_a − π(· | s) for a softmax.
     pub fn reinforce_step(&mut self, episodes: &[Vec<(usize, usize, f64)>], gamma: f64, lr: f64) {
+        self.weighted_step(episodes, None, gamma, lr);
+    }
+
+    /// [`Self::reinforce_step`] with each step's term multiplied by its weight
+    /// `weights[episode][t]` (Chapter 13's importance weights); none is all ones.
+    pub fn weighted_step(&mut self, episodes: &[Vec<(usize, usize, f64)>], weights: Option<&[Vec<f64>]>, gamma: f64, lr: f64) {
         let pi = self.policy();
         let scale = lr / episodes.len() as f64;
-        for episode in episodes {
+        for (e, episode) in episodes.iter().enumerate() {
             let mut g = 0.0;
             let returns: Vec<f64> = episode.iter().rev().map(|&(_, _, r)| {
                 g = r + gamma * g;
                 g
             }).collect::<Vec<_>>().into_iter().rev().collect();
             for (t, (&(s, a, _), g)) in episode.iter().zip(returns).enumerate() {
-                let weight = scale * gamma.powi(t as i32) * g;
+                let weight = scale * gamma.powi(t as i32) * g * weights.map_or(1.0, |w| w[e][t]);
                 for (b, theta) in self.theta[s].iter_mut().enumerate() {
                     *theta += weight * (f64::from(b == a) - pi[s][b]);
                 }
@@ -254,6 +260,50 @@ pub struct Schedule {
     /// Save the weights every this many iterations (0: only at the end).
     pub checkpoint_every: usize,
     pub seed: u64,
+    /// Policy versions between the weights that sample an iteration's
+    /// episodes and the weights that learn from them (Chapter 13): iteration
+    /// i plays with the weights as they were after iteration i − staleness
+    /// (the first iterations with the initial ones). 0 is on-policy.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub staleness: usize,
+    /// Sample with a copy of the weights in another precision, learn in 64
+    /// bits (Chapter 13's training/inference mismatch). None samples with the
+    /// learner's own weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_precision: Option<Precision>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// A number format for the sampler's copy of the weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Precision {
+    F32,
+    BF16,
+}
+
+impl Precision {
+    pub fn kind(self) -> Kind {
+        match self {
+            Precision::F32 => Kind::Float,
+            Precision::BF16 => Kind::BFloat16,
+        }
+    }
+}
+
+/// A copy of `model`'s weights, in `precision` if one is given.
+pub fn copy_model(model: &TinyAgent, precision: Option<Precision>) -> TinyAgent {
+    let mut copy = {
+        let _turn = crate::book::generator_turn(); // its random initialisation is overwritten; don't interleave with a seeded stretch
+        TinyAgent::new(model.config, model.device())
+    };
+    copy.vs.copy(&model.vs).expect("the same shapes");
+    if let Some(precision) = precision {
+        copy.vs.set_kind(precision.kind());
+    }
+    copy
 }
 
 impl Schedule {
@@ -273,6 +323,8 @@ impl Schedule {
             eval_episodes: 2,
             checkpoint_every: 0,
             seed: 0,
+            staleness: 0,
+            sampling_precision: None,
         }
     }
 
@@ -366,6 +418,8 @@ pub fn train(
     let mut opt = nn::AdamW::default().build(&model.vs, schedule.lr).map_err(|err| err.to_string())?;
     let bar = progress(schedule.iterations as u64, &schedule.name);
     let mut records = Vec::new();
+    // The weights that sample: the learner's own, or copies `staleness` versions old or in another precision.
+    let mut samplers: std::collections::VecDeque<TinyAgent> = std::collections::VecDeque::new();
     for iteration in 0..=schedule.iterations {
         let last_line = iteration == schedule.iterations;
         let evaluate = iteration % schedule.eval_every == 0 || last_line;
@@ -375,8 +429,19 @@ pub fn train(
             opt.set_lr(schedule.lr + (schedule.lr_end - schedule.lr) * iteration as f64 / schedule.iterations.max(1) as f64);
             // Rollout: which tasks and which tokens come from separate streams.
             let picks = draw_tasks(train_tasks.len(), schedule.tasks, schedule.group, &mut streams.tasks(iteration));
-            let policy = LmPolicy { model, bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
-            let (played, PlayTime { generation, environment }) = play_timed(&policy, train_tasks, &picks, crate::gym::MAX_TURNS, &mut streams.sampling(iteration));
+            let (played, PlayTime { generation, environment }) = {
+                let sampler: &TinyAgent = if schedule.staleness == 0 && schedule.sampling_precision.is_none() {
+                    model
+                } else {
+                    samplers.push_back(copy_model(model, schedule.sampling_precision));
+                    if samplers.len() > schedule.staleness + 1 {
+                        samplers.pop_front();
+                    }
+                    &samplers[0]
+                };
+                let policy = LmPolicy { model: sampler, bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
+                play_timed(&policy, train_tasks, &picks, crate::gym::MAX_TURNS, &mut streams.sampling(iteration))
+            };
             let learning = Instant::now();
             let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
             // Reward, advantage (once per rollout), and the episodes that get a loss.
