@@ -32,6 +32,7 @@
 //! | [`regularization`] | 10 | KL estimators k1/k2/k3 and their exact moments; a KL penalty towards a reference policy (reward or loss); an entropy bonus |
 //! | [`reward`] | 11 | verifiers (hidden tests, public tests, partial credit, patch similarity), a learned judge, exploit monitors, training on any verifier ([`reward::Verified`]), a hack lab |
 //! | [`horizon`] | 12 | edit menus as diffs under neutral labels with `undo`, files with several bugs, the held-out families, test-driven search, potential-based shaping, context growth, degenerate episodes |
+//! | [`service`] | 13 | the gym as a service: the OpenEnv protocol over WebSocket and HTTP, sessions, limits, a load test |
 
 pub mod advantage;
 pub mod agent;
@@ -55,6 +56,7 @@ pub mod reward;
 pub mod rollout;
 pub mod runner;
 pub mod sandbox;
+pub mod service;
 pub mod stats;
 pub mod tinyagent;
 pub mod tokenizer;
