@@ -1166,6 +1166,9 @@ fn read_head(stream: &mut TcpStream) -> Head {
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            if end + 4 > MAX_HEAD_BYTES {
+                return Head::TooLarge;
+            }
             let rest = buffer.split_off(end + 4);
             return Head::Complete { head: buffer, rest };
         }
