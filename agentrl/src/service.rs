@@ -589,7 +589,9 @@ impl Session {
         let data = data.unwrap_or(&empty);
         let split = match data.get("split") {
             None | Some(Value::Null) => Split::Train,
-            Some(Value::String(name)) => Split::parse(name).ok_or_else(|| Failure::invalid(&["data", "split"], format!("unknown split {name:?}: use \"train\" or \"held_out\"")))?,
+            Some(Value::String(name)) => {
+                Split::parse(name).ok_or_else(|| Failure::invalid(&["data", "split"], format!("unknown split {name:?}: use \"train\" or \"held_out\"")))?
+            }
             Some(_) => return Err(Failure::invalid(&["data", "split"], "must be a string")),
         };
         let seed = match data.get("seed") {
@@ -908,8 +910,16 @@ impl Service {
     }
 
     fn route(&self, method: &str, path: &str, body: &[u8]) -> HttpReply {
-        const ROUTES: [(&str, &str); 8] =
-            [("GET", "/health"), ("GET", "/metadata"), ("GET", "/schema"), ("GET", "/state"), ("GET", "/stats"), ("POST", "/reset"), ("POST", "/step"), ("GET", "/ws")];
+        const ROUTES: [(&str, &str); 8] = [
+            ("GET", "/health"),
+            ("GET", "/metadata"),
+            ("GET", "/schema"),
+            ("GET", "/state"),
+            ("GET", "/stats"),
+            ("POST", "/reset"),
+            ("POST", "/step"),
+            ("GET", "/ws"),
+        ];
         match (method, path) {
             ("GET", "/health") => HttpReply::json(200, &json!({"status": "healthy"})),
             ("GET", "/metadata") => HttpReply::json(200, &self.metadata()),
@@ -919,7 +929,9 @@ impl Service {
             ("POST", "/reset") => self.http_reset(body),
             ("POST", "/step") => self.http_step(body),
             ("GET", "/ws") => HttpReply::error(426, ErrorCode::SessionError.as_str(), "/ws is a WebSocket endpoint: send an Upgrade: websocket request"),
-            (_, path) if ROUTES.iter().any(|(_, p)| *p == path) => HttpReply::error(405, ErrorCode::ValidationError.as_str(), format!("method {method} not allowed on {path}")),
+            (_, path) if ROUTES.iter().any(|(_, p)| *p == path) => {
+                HttpReply::error(405, ErrorCode::ValidationError.as_str(), format!("method {method} not allowed on {path}"))
+            }
             (_, path) => HttpReply::error(404, ErrorCode::UnknownType.as_str(), format!("no route {path}")),
         }
     }
@@ -1257,7 +1269,10 @@ fn connection(mut stream: TcpStream, service: &Service) {
     if length > MAX_BODY_BYTES {
         bump(&service.counters.oversized);
         bump(&service.counters.http_errors);
-        return answer(&mut stream, HttpReply::error(413, ErrorCode::ValidationError.as_str(), format!("body of {length} bytes, over the limit of {MAX_BODY_BYTES} bytes")));
+        return answer(
+            &mut stream,
+            HttpReply::error(413, ErrorCode::ValidationError.as_str(), format!("body of {length} bytes, over the limit of {MAX_BODY_BYTES} bytes")),
+        );
     }
     let mut chunk = [0u8; 8192];
     while rest.len() < length {
@@ -1509,7 +1524,7 @@ fn load_client(addr: SocketAddr, catalog: &Catalog, client: usize, episodes: usi
             let data = &reply["data"];
             let reward = data["reward"].as_f64();
             let done = data["done"].as_bool();
-            if data["observation"]["text"] != &*expected.observation || reward != Some(expected.reward) || done != Some(expected.done) {
+            if data["observation"]["text"] != *expected.observation || reward != Some(expected.reward) || done != Some(expected.done) {
                 tally.mismatches += 1;
             }
             observation = expected.observation.to_string();
@@ -1538,10 +1553,12 @@ pub fn run_load(addr: SocketAddr, clients: usize, episodes: usize, seed: u64) ->
     let catalog = Arc::new(Catalog::standard());
     let start = Instant::now();
     let tallies: Vec<ClientTally> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..clients).map(|c| {
-            let catalog = catalog.clone();
-            scope.spawn(move || load_client(addr, &catalog, c, episodes, seed))
-        }).collect();
+        let handles: Vec<_> = (0..clients)
+            .map(|c| {
+                let catalog = catalog.clone();
+                scope.spawn(move || load_client(addr, &catalog, c, episodes, seed))
+            })
+            .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| ClientTally { errors: 1, ..ClientTally::default() })).collect()
     });
     let seconds = start.elapsed().as_secs_f64();
@@ -1639,7 +1656,14 @@ mod tests {
     }
 
     fn oracle_messages(task: &Task) -> Vec<String> {
-        ["<call> read </call>".to_string(), "<call> test </call>".into(), format!("<call> edit {} </call>", task.fix_op()), "<call> test </call>".into(), "<call> submit </call>".into()].to_vec()
+        [
+            "<call> read </call>".to_string(),
+            "<call> test </call>".into(),
+            format!("<call> edit {} </call>", task.fix_op()),
+            "<call> test </call>".into(),
+            "<call> submit </call>".into(),
+        ]
+        .to_vec()
     }
 
     #[test]
@@ -1678,7 +1702,10 @@ mod tests {
         let reply = s.handle(r#"{"type":"reset","data":{}}"#).text.unwrap();
         assert!(reply.starts_with(r#"{"type":"observation","data":{"observation":{"text":"#), "{reply}");
         let before: Value = serde_json::from_str(&session().handle(r#"{"type":"state"}"#).text.unwrap()).unwrap();
-        assert_eq!(before, json!({"type": "state", "data": {"episode_id": null, "step_count": 0, "task": null, "split": null, "task_id": null, "done": false, "max_turns": MAX_TURNS}}));
+        assert_eq!(
+            before,
+            json!({"type": "state", "data": {"episode_id": null, "step_count": 0, "task": null, "split": null, "task_id": null, "done": false, "max_turns": MAX_TURNS}})
+        );
         let close = s.handle(r#"{"type":"close"}"#);
         assert_eq!((close.text, close.close), (None, true));
     }
@@ -1689,7 +1716,10 @@ mod tests {
         let held = reset(&mut s, json!({"task": 3, "split": "held_out", "episode_id": "mine"}));
         assert_eq!(held["data"]["observation"]["text"], CATALOG.task(Split::HeldOut, 3).unwrap().prompt());
         let state = send(&mut s, &json!({"type": "state"}));
-        assert_eq!((state["data"]["episode_id"].clone(), state["data"]["split"].clone(), state["data"]["task"].clone()), (json!("mine"), json!("held_out"), json!(3)));
+        assert_eq!(
+            (state["data"]["episode_id"].clone(), state["data"]["split"].clone(), state["data"]["task"].clone()),
+            (json!("mine"), json!("held_out"), json!(3))
+        );
         let n = CATALOG.len(Split::Train) as u64;
         let seeded = reset(&mut s, json!({"seed": n + 5}));
         assert_eq!(seeded["data"]["observation"]["text"], CATALOG.task(Split::Train, 5).unwrap().prompt());
@@ -1824,7 +1854,10 @@ mod tests {
         assert_eq!(status, 200);
         assert_eq!(body["observation"]["text"], crate::gym::task_zero().prompt());
         assert_eq!((body["reward"].clone(), body["done"].clone()), (Value::Null, json!(false)));
-        assert_eq!(post("/reset", r#"{"task": 2, "split": "held_out", "seed": 4}"#).1["observation"]["text"], CATALOG.task(Split::HeldOut, 2).unwrap().prompt());
+        assert_eq!(
+            post("/reset", r#"{"task": 2, "split": "held_out", "seed": 4}"#).1["observation"]["text"],
+            CATALOG.task(Split::HeldOut, 2).unwrap().prompt()
+        );
         for (path, body, status) in [
             ("/reset", "{", 422),
             ("/reset", "[]", 422),
@@ -1865,9 +1898,19 @@ mod tests {
             for index in 0..CATALOG.len(split) {
                 let task = CATALOG.task(split, index).unwrap();
                 let mut scripts = vec![oracle_messages(task)];
-                scripts.push(vec!["<call> edit hardcode_tests </call>".into(), "<call> read </call>".into(), "<call> test </call>".into(), "<call> submit </call>".into()]);
+                scripts.push(vec![
+                    "<call> edit hardcode_tests </call>".into(),
+                    "<call> read </call>".into(),
+                    "<call> test </call>".into(),
+                    "<call> submit </call>".into(),
+                ]);
                 let wrong = task.menu.iter().find(|e| e.kind == crate::gym::EditKind::Distractor).unwrap();
-                scripts.push(vec![format!("<call> edit {} </call>", wrong.name), "<call> test </call>".into(), "<call> submit </call>".into(), "<call> read </call>".into()]);
+                scripts.push(vec![
+                    format!("<call> edit {} </call>", wrong.name),
+                    "<call> test </call>".into(),
+                    "<call> submit </call>".into(),
+                    "<call> read </call>".into(),
+                ]);
                 let data = json!({"task": index, "split": split.name()});
                 let mut replies = vec![service.http("POST", "/reset", data.to_string().as_bytes()).body];
                 for script in scripts {
