@@ -1454,6 +1454,17 @@ pub struct LoadReport {
     pub timing: LoadTiming,
 }
 
+/// The deterministic fields, for the chapter to print (no timing).
+impl std::fmt::Display for LoadReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} clients: {} episodes started, {} completed, {} steps, {} errors, {} mismatches, total reward {}",
+            self.clients, self.episodes_started, self.episodes_completed, self.steps, self.errors, self.mismatches, self.total_reward
+        )
+    }
+}
+
 #[derive(Default)]
 struct ClientTally {
     started: usize,

@@ -3,7 +3,7 @@
 //! the in-process gym, and every misbehaving connection the server must survive.
 
 use agentrl::gym::task_zero;
-use agentrl::service::{run_load, serve, Client, Config, ServerHandle, MAX_BODY_BYTES, OPENENV_VERSION};
+use agentrl::service::{demo_exchange, demo_load, run_load, serve, Client, Config, ServerHandle, MAX_BODY_BYTES, OPENENV_VERSION};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -98,6 +98,18 @@ fn thirty_two_concurrent_clients_get_what_the_in_process_gym_gives() {
     let again = run_load(server.addr(), 4, 3, 7);
     let once_more = run_load(server.addr(), 4, 3, 7);
     assert_eq!((again.steps, again.total_reward), (once_more.steps, once_more.total_reward));
+}
+
+/// What the chapter prints: the same counts on every run, and the exact replies.
+#[test]
+fn the_chapters_demonstrations_are_deterministic() {
+    let (a, b) = (demo_load(8, 5), demo_load(8, 5));
+    assert_eq!(a.to_string(), b.to_string());
+    assert_eq!((a.episodes_started, a.episodes_completed, a.errors, a.mismatches), (40, 40, 0, 0), "{a}");
+    eprintln!("{a}");
+    for exchange in demo_exchange() {
+        eprintln!("> {}\n< {}", exchange.request, exchange.reply);
+    }
 }
 
 // ---------------------------------------------------------------------------
