@@ -1090,6 +1090,15 @@ pub fn serve_catalog(addr: impl ToSocketAddrs, config: Config, catalog: Arc<Cata
     Ok(ServerHandle { addr, service, stop, accept: Some(accept) })
 }
 
+/// One open connection; dropping it (even while a panic unwinds) gives the place back.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 fn accept_loop(listener: TcpListener, service: Arc<Service>, stop: Arc<AtomicBool>) {
     let open = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
@@ -1102,18 +1111,21 @@ fn accept_loop(listener: TcpListener, service: Arc<Service>, stop: Arc<AtomicBoo
             bump(&service.counters.refused_connections);
             let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
             let _ = write_http(&mut stream, &HttpReply::error(503, ErrorCode::CapacityReached.as_str(), "too many connections"));
+            // Take what already arrived, without waiting, so that closing is less
+            // likely to reset the connection before the client reads the 503.
+            let _ = stream.shutdown(Shutdown::Write);
+            if stream.set_nonblocking(true).is_ok() {
+                let _ = stream.read(&mut [0u8; 4096]);
+            }
             continue;
         }
         open.fetch_add(1, Ordering::SeqCst);
-        let (service, count) = (service.clone(), open.clone());
-        let spawned = std::thread::Builder::new().name("gym-conn".into()).spawn(move || {
+        let (service, slot) = (service.clone(), Slot(open.clone()));
+        // If the thread cannot start, the closure (and the slot) is dropped unanswered.
+        let _ = std::thread::Builder::new().name("gym-conn".into()).spawn(move || {
+            let _slot = slot;
             connection(stream, &service);
-            count.fetch_sub(1, Ordering::SeqCst);
         });
-        if spawned.is_err() {
-            // No thread: the connection is dropped unanswered.
-            open.fetch_sub(1, Ordering::SeqCst);
-        }
     }
 }
 

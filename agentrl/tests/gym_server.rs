@@ -266,3 +266,17 @@ fn malformed_http_gets_4xx_with_a_json_body() {
         }
     }
 }
+
+#[test]
+fn connections_over_the_bound_get_503_at_once() {
+    let config = Config { max_connections: 2, request_timeout: Duration::from_secs(2), ..Config::default() };
+    let server = serve("127.0.0.1:0", config).unwrap();
+    // Two connections that say nothing hold both places until their timeout.
+    let _a = TcpStream::connect(server.addr()).unwrap();
+    let _b = TcpStream::connect(server.addr()).unwrap();
+    wait_for(&server, |s| s.connections == 2);
+    // The refusal comes before any request (sending one first could race the close).
+    let (status, body) = raw_http(server.addr(), b"");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(server.stats().refused_connections, 1);
+}
