@@ -35,6 +35,7 @@
 //! | [`offpolicy`] | 13 | learning from episodes another policy sampled: importance weights π_old/μ, truncated per token or per sequence, masked; the gap between sampler and learner measured |
 //! | [`exchange`] | 13 | trajectories on disk as JSONL (ids, action mask, sampling log-probs, reward, policy version), checked when read |
 //! | [`pipeline`] | 13 | rollout systems on a virtual clock: episode shapes, recorded and heavy-tailed latencies, lockstep and independent rollouts as timelines, asynchronous workers and a learner under a staleness bound |
+//! | [`service`] | 13 | the gym as a service: the OpenEnv protocol over WebSocket and HTTP, sessions, limits, a load test |
 
 pub mod advantage;
 pub mod agent;
@@ -61,6 +62,7 @@ pub mod reward;
 pub mod rollout;
 pub mod runner;
 pub mod sandbox;
+pub mod service;
 pub mod stats;
 pub mod tinyagent;
 pub mod tokenizer;

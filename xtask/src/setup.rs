@@ -14,6 +14,15 @@ const MDBOOK: &str = "0.5.3"; // the mdBook that mdbook-katex 0.10.0 is built ag
 const MDBOOK_KATEX: &str = "0.10.0";
 const EVCXR: &str = "0.22.0";
 const KATEX_CSS: &str = "0.16.4"; // the KaTeX that mdbook-katex 0.10.0 renders with
+/// The OpenEnv client that Chapter 13's server is tested with (agentrl's
+/// `service::OPENENV_VERSION`; the integration test checks they agree).
+pub const OPENENV: &str = "0.3.0";
+/// What `openenv-core`'s client needs to import, pinned at the versions
+/// tested: importing `openenv.core` loads its server modules too (FastAPI,
+/// pydantic, FastMCP's client), but not gradio, the OpenAI and Hugging Face
+/// clients or the CLI, which a full install brings (448 MB instead of about
+/// 100 MB).
+const OPENENV_CLIENT_DEPS: &[&str] = &["fastapi==0.165.0", "pydantic==2.14.4", "fastmcp-slim[client]==4.2.3", "requests==2.34.2", "websockets==17.4"];
 pub const KERNEL: &str = "agentrl-rust";
 /// The kernel the test command executes the notebooks with: the second setting.
 pub const CHECK_KERNEL: &str = "agentrl-rust-second-setting";
@@ -38,7 +47,8 @@ pub fn all(browser: bool) -> Result<()> {
     // Downloads (pip, apt) and compiling (cargo install) use different
     // resources, so the book tools compile while the packages download.
     let tools = std::thread::spawn(book_tools);
-    let downloads = libtorch_link().and_then(|()| jupyter()).and_then(|()| if browser { chromium() } else { Ok(()) });
+    let downloads =
+        libtorch_link().and_then(|()| jupyter()).and_then(|()| openenv_client()).and_then(|()| if browser { chromium() } else { Ok(()) });
     let tools = tools.join().unwrap_or_else(|_| Err("installing the book tools panicked".into()));
     downloads?;
     tools?;
@@ -95,6 +105,30 @@ fn jupyter() -> Result<()> {
     }
     step("installing Jupyter's nbclient and nbconvert into .venv");
     pip(&["nbclient", "nbconvert", "jupyter_client"])
+}
+
+/// Is `openenv-core` at [`OPENENV`] installed with the packages its client imports?
+/// (Looks at the folders only, so the check costs no Python start.)
+fn openenv_installed() -> bool {
+    let Ok(entries) = std::fs::read_dir(venv().join("lib")) else { return false };
+    entries.flatten().any(|entry| {
+        let site = entry.path().join("site-packages");
+        site.join(format!("openenv_core-{OPENENV}.dist-info")).is_dir()
+            && ["openenv", "fastapi", "pydantic", "fastmcp", "requests", "websockets", "mcp"].iter().all(|p| site.join(p).is_dir())
+    })
+}
+
+/// Chapter 13's tests run the real OpenEnv client against the gym server.
+fn openenv_client() -> Result<()> {
+    if openenv_installed() {
+        return Ok(());
+    }
+    let t = Instant::now();
+    step(&format!("installing the OpenEnv client (openenv-core=={OPENENV} without its server extras) into .venv (about 100 MB, under a minute)"));
+    pip(&["--no-deps", &format!("openenv-core=={OPENENV}")])?;
+    pip(OPENENV_CLIENT_DEPS)?;
+    eprintln!("  the OpenEnv client installed in {}", util::secs(t));
+    Ok(())
 }
 
 fn version_of(program: &Path) -> Option<String> {
