@@ -529,6 +529,7 @@ impl Session {
         self.episode.as_ref().is_some_and(|e| !e.done)
     }
 
+    // ANCHOR: handle
     /// Answer one message. Never panics: a panic inside is caught, answered
     /// with `EXECUTION_ERROR`, and the session's environment is replaced.
     pub fn handle(&mut self, text: &str) -> Reply {
@@ -583,6 +584,7 @@ impl Session {
             other => Err(Failure::new(ErrorCode::UnknownType, format!("Unknown message type: {other}"))),
         }
     }
+    // ANCHOR_END: handle
 
     fn reset_args(&self, data: Option<&Map<String, Value>>) -> Result<ResetArgs, Failure> {
         let empty = Map::new();

@@ -71,5 +71,6 @@ pub mod ch09;
 pub mod ch10;
 pub mod ch11;
 pub mod ch12;
+pub mod ch13;
 #[cfg(test)]
 mod testkit;
