@@ -418,8 +418,21 @@ pub fn train(
     let mut opt = nn::AdamW::default().build(&model.vs, schedule.lr).map_err(|err| err.to_string())?;
     let bar = progress(schedule.iterations as u64, &schedule.name);
     let mut records = Vec::new();
-    // The weights that sample: the learner's own, or copies `staleness` versions old or in another precision.
-    let mut samplers: std::collections::VecDeque<TinyAgent> = std::collections::VecDeque::new();
+    // The weights that sample (Chapter 13): the learner's own, or copies of
+    // the versions still needed (`staleness` behind, or in another precision),
+    // oldest first, each tagged with the iterations completed when copied.
+    let copies = schedule.staleness > 0 || schedule.sampling_precision.is_some();
+    let mut versions: std::collections::VecDeque<(usize, TinyAgent)> = std::collections::VecDeque::new();
+    // Rollout: which tasks and which tokens come from separate streams.
+    let play_with = |sampler: &TinyAgent, iteration: usize| {
+        let picks = draw_tasks(train_tasks.len(), schedule.tasks, schedule.group, &mut streams.tasks(iteration));
+        let policy = LmPolicy { model: sampler, bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
+        let (played, time) = play_timed(&policy, train_tasks, &picks, crate::gym::MAX_TURNS, &mut streams.sampling(iteration));
+        (picks, played, time)
+    };
+    std::thread::scope(|scope| -> Result<(), String> {
+    // The next iteration's rollout, when it runs on a second thread while this iteration learns.
+    let mut pending = None;
     for iteration in 0..=schedule.iterations {
         let last_line = iteration == schedule.iterations;
         let evaluate = iteration % schedule.eval_every == 0 || last_line;
@@ -427,21 +440,26 @@ pub fn train(
         let mut record = TrainRecord { iteration, episodes: iteration * schedule.tasks * schedule.group, held_out_success, ..TrainRecord::default() };
         if !last_line {
             opt.set_lr(schedule.lr + (schedule.lr_end - schedule.lr) * iteration as f64 / schedule.iterations.max(1) as f64);
-            // Rollout: which tasks and which tokens come from separate streams.
-            let picks = draw_tasks(train_tasks.len(), schedule.tasks, schedule.group, &mut streams.tasks(iteration));
-            let (played, PlayTime { generation, environment }) = {
-                let sampler: &TinyAgent = if schedule.staleness == 0 && schedule.sampling_precision.is_none() {
-                    model
-                } else {
-                    samplers.push_back(copy_model(model, schedule.sampling_precision));
-                    if samplers.len() > schedule.staleness + 1 {
-                        samplers.pop_front();
-                    }
-                    &samplers[0]
-                };
-                let policy = LmPolicy { model: sampler, bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
-                play_timed(&policy, train_tasks, &picks, crate::gym::MAX_TURNS, &mut streams.sampling(iteration))
+            if copies {
+                versions.push_back((iteration, copy_model(model, schedule.sampling_precision)));
+                while versions.front().is_some_and(|(v, _)| *v < iteration.saturating_sub(schedule.staleness)) {
+                    versions.pop_front();
+                }
+            }
+            // Iteration j samples with the weights of version j − staleness (the first ones with version 0).
+            let sampler_for = |j: usize| versions.iter().find(|(v, _)| *v == j.saturating_sub(schedule.staleness)).map(|(_, m)| m).expect("a kept version");
+            let (picks, played, PlayTime { generation, environment }) = match pending.take() {
+                Some(rollout) => std::thread::ScopedJoinHandle::join(rollout).map_err(|_| "the rollout thread panicked".to_string())?,
+                None if copies => play_with(sampler_for(iteration), iteration),
+                None => play_with(model, iteration),
             };
+            // With stale weights the next iteration's sampler exists already, so
+            // its episodes are played on a second thread while this iteration
+            // learns: the same episodes as playing them later, sooner.
+            if schedule.staleness > 0 && iteration + 1 < schedule.iterations {
+                let sampler = copy_model(sampler_for(iteration + 1), schedule.sampling_precision); // a thread's own copy (a tensor is not Sync)
+                pending = Some(scope.spawn(move || play_with(&sampler, iteration + 1)));
+            }
             let learning = Instant::now();
             let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
             // Reward, advantage (once per rollout), and the episodes that get a loss.
@@ -484,6 +502,8 @@ pub fn train(
         writeln!(metrics, "{}", serde_json::to_string(&record).map_err(|err| err.to_string())?).map_err(|err| format!("cannot write metrics: {err}"))?;
         records.push(record);
     }
+    Ok(())
+    })?;
     model.save(&run_dir.join("final.safetensors"))?;
     bar.finish_and_clear();
     Ok(records)
@@ -721,6 +741,39 @@ mod tests {
             assert_eq!((&a.tasks, a.train_success, a.loss, a.generated_tokens), (&b.tasks, b.train_success, b.loss, b.generated_tokens), "iteration {}", a.iteration);
         }
         assert_eq!(run_long[2].held_out_success, run_short[2].held_out_success);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_stale_run_plays_iteration_i_with_the_weights_of_version_i_minus_staleness() {
+        let gym = crate::gym::Gym::standard();
+        let (train_tasks, held_out) = (&gym.train[..12], &gym.held_out[..3]);
+        let bpe = small_tokenizer(train_tasks);
+        let root = std::env::temp_dir().join(format!("agentrl-stale-{}", std::process::id()));
+        let schedule = Schedule { name: "stale".into(), iterations: 5, tasks: 3, group: 2, lr: 3e-2, lr_end: 3e-2, eval_every: 5, eval_episodes: 1, checkpoint_every: 1, seed: 3, staleness: 2, ..Schedule::reinforce() };
+        // Every episode gets a non-zero weight (failures push down), so the weights move every iteration.
+        let mut algorithm = Reinforce::with(|group| group.iter().map(|r| r - 0.5).collect());
+        let run = train(&mut small_model(&bpe), &bpe, (train_tasks, held_out), &schedule, &mut algorithm, &root).unwrap();
+        // Replay each iteration's rollout by hand with the weights saved after `version` iterations.
+        let streams = Streams::new(schedule.seed);
+        let replay = |iteration: usize, version: usize| {
+            let mut model = small_model(&bpe);
+            if version > 0 {
+                model.vs.load(root.join(format!("iteration-{version:04}.safetensors"))).unwrap();
+            }
+            let picks = draw_tasks(train_tasks.len(), schedule.tasks, schedule.group, &mut streams.tasks(iteration));
+            let policy = LmPolicy { model: &model, bpe: &bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
+            let played = play(&policy, train_tasks, &picks, crate::gym::MAX_TURNS, &mut streams.sampling(iteration));
+            let tokens: Vec<u32> = played.iter().flat_map(|p| p.ids()).collect();
+            let success = played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64;
+            (played.iter().map(|p| p.segments.iter().map(|s| s.logprobs.len()).sum::<usize>()).sum::<usize>(), tokens, success)
+        };
+        for i in 0..schedule.iterations {
+            let (generated, _, success) = replay(i, i.saturating_sub(2));
+            assert_eq!((run[i].generated_tokens, run[i].train_success), (Some(generated), Some(success)), "iteration {i}");
+        }
+        // The check can fail: the newest weights would have played other episodes.
+        assert_ne!(replay(4, 2).1, replay(4, 4).1, "versions 2 and 4 play the same episodes: the test would prove nothing");
         std::fs::remove_dir_all(&root).unwrap();
     }
 

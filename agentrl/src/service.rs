@@ -211,31 +211,20 @@ fn capacity_text(active: usize, max: usize) -> String {
     serde_json::to_string(&Envelope { kind: "error", data }).expect("an error serialises")
 }
 
-/// What the gym reports for a turn, as the client sees it.
+/// What the gym reports for a turn, as the client sees it: the text, the
+/// turn, and the gym's flags at the same level (`parse_error`, `truncated`,
+/// `submitted`, `public_pass`, `hidden_pass`, `hacked`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Observation {
     pub text: String,
     pub turn: usize,
-    pub parse_error: bool,
-    pub truncated: bool,
-    pub submitted: bool,
-    pub public_pass: bool,
-    pub hidden_pass: bool,
-    pub hacked: bool,
+    #[serde(flatten)]
+    pub info: Info,
 }
 
 impl Observation {
     fn new(text: &str, turn: usize, info: Info) -> Self {
-        Observation {
-            text: text.to_string(),
-            turn,
-            parse_error: info.parse_error,
-            truncated: info.truncated,
-            submitted: info.submitted,
-            public_pass: info.public_pass,
-            hidden_pass: info.hidden_pass,
-            hacked: info.hacked,
-        }
+        Observation { text: text.to_string(), turn, info }
     }
 }
 
