@@ -277,7 +277,8 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-/// A number format for the sampler's copy of the weights.
+/// A number format for the sampler's copy of the weights: 32-bit floats, or
+/// weights rounded to bfloat16 (an 8-bit significand) and computed in 32 bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Precision {
     F32,
@@ -293,7 +294,7 @@ impl Precision {
     }
 }
 
-/// A copy of `model`'s weights, in `precision` if one is given.
+/// A copy of `model`'s weights, in `precision` if one is given (see [`Precision`]).
 pub fn copy_model(model: &TinyAgent, precision: Option<Precision>) -> TinyAgent {
     let mut copy = {
         let _turn = crate::book::generator_turn(); // its random initialisation is overwritten; don't interleave with a seeded stretch
@@ -302,6 +303,11 @@ pub fn copy_model(model: &TinyAgent, precision: Option<Precision>) -> TinyAgent 
     copy.vs.copy(&model.vs).expect("the same shapes");
     if let Some(precision) = precision {
         copy.vs.set_kind(precision.kind());
+        // bfloat16 weights compute in 32 bits: libtorch's bfloat16 matrix products
+        // take different code paths on different processors, 32-bit ones do not.
+        if precision == Precision::BF16 {
+            copy.vs.set_kind(Kind::Float);
+        }
     }
     copy
 }
@@ -431,78 +437,78 @@ pub fn train(
         (picks, played, time)
     };
     std::thread::scope(|scope| -> Result<(), String> {
-    // The next iteration's rollout, when it runs on a second thread while this iteration learns.
-    let mut pending = None;
-    for iteration in 0..=schedule.iterations {
-        let last_line = iteration == schedule.iterations;
-        let evaluate = iteration % schedule.eval_every == 0 || last_line;
-        let held_out_success = evaluate.then(|| success_rate(model, bpe, held_out, schedule.eval_episodes, &mut streams.evaluation(iteration)));
-        let mut record = TrainRecord { iteration, episodes: iteration * schedule.tasks * schedule.group, held_out_success, ..TrainRecord::default() };
-        if !last_line {
-            opt.set_lr(schedule.lr + (schedule.lr_end - schedule.lr) * iteration as f64 / schedule.iterations.max(1) as f64);
-            if copies {
-                versions.push_back((iteration, copy_model(model, schedule.sampling_precision)));
-                while versions.front().is_some_and(|(v, _)| *v < iteration.saturating_sub(schedule.staleness)) {
-                    versions.pop_front();
+        // The next iteration's rollout, when it runs on a second thread while this iteration learns.
+        let mut pending = None;
+        for iteration in 0..=schedule.iterations {
+            let last_line = iteration == schedule.iterations;
+            let evaluate = iteration % schedule.eval_every == 0 || last_line;
+            let held_out_success = evaluate.then(|| success_rate(model, bpe, held_out, schedule.eval_episodes, &mut streams.evaluation(iteration)));
+            let mut record = TrainRecord { iteration, episodes: iteration * schedule.tasks * schedule.group, held_out_success, ..TrainRecord::default() };
+            if !last_line {
+                opt.set_lr(schedule.lr + (schedule.lr_end - schedule.lr) * iteration as f64 / schedule.iterations.max(1) as f64);
+                if copies {
+                    versions.push_back((iteration, copy_model(model, schedule.sampling_precision)));
+                    while versions.front().is_some_and(|(v, _)| *v < iteration.saturating_sub(schedule.staleness)) {
+                        versions.pop_front();
+                    }
                 }
-            }
-            // Iteration j samples with the weights of version j − staleness (the first ones with version 0).
-            let sampler_for = |j: usize| versions.iter().find(|(v, _)| *v == j.saturating_sub(schedule.staleness)).map(|(_, m)| m).expect("a kept version");
-            let (picks, played, PlayTime { generation, environment }) = match pending.take() {
-                Some(rollout) => std::thread::ScopedJoinHandle::join(rollout).map_err(|_| "the rollout thread panicked".to_string())?,
-                None if copies => play_with(sampler_for(iteration), iteration),
-                None => play_with(model, iteration),
-            };
-            // With stale weights the next iteration's sampler exists already, so
-            // its episodes are played on a second thread while this iteration
-            // learns: the same episodes as playing them later, sooner.
-            if schedule.staleness > 0 && iteration + 1 < schedule.iterations {
-                let sampler = copy_model(sampler_for(iteration + 1), schedule.sampling_precision); // a thread's own copy (a tensor is not Sync)
-                pending = Some(scope.spawn(move || play_with(&sampler, iteration + 1)));
-            }
-            let learning = Instant::now();
-            let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
-            // Reward, advantage (once per rollout), and the episodes that get a loss.
-            let rewards = algorithm.rewards(&played, &trajectories, &mut record.extra);
-            let rollout = collate(&trajectories, device);
-            let advantages = algorithm.advantages(model, &trajectories, &rollout, &rewards, schedule.group, &mut record.extra); // [N, T]
-            let mut chosen = algorithm.keep(&played, schedule.group, &mut record.extra);
-            // Update: epochs × minibatches steps on the masked loss.
-            let (mut shuffle, mut loss_sum, mut entropy_sum, mut steps, mut trained_tokens) = (streams.shuffle(iteration), 0.0, 0.0, 0, 0);
-            for _ in 0..schedule.epochs {
-                chosen.shuffle(&mut shuffle);
-                for rows in chosen.chunks(chosen.len().div_ceil(schedule.minibatches).max(1)) {
-                    let picked: Vec<Trajectory> = rows.iter().map(|&i| trajectories[i].clone()).collect();
-                    let minibatch = collate(&picked, device);
-                    let index = Tensor::from_slice(&rows.iter().map(|&i| i as i64).collect::<Vec<_>>()).to_device(device);
-                    let adv = advantages.index_select(0, &index).narrow(1, 0, minibatch.ids.size()[1]); // [b, T]
-                    let forward = forward(model, &minibatch);
-                    let loss = algorithm.loss(&forward, &minibatch, &adv, rows, &mut record.extra);
-                    opt.backward_step(&loss);
-                    let tokens = minibatch.mask.sum(REAL).double_value(&[]);
-                    entropy_sum += (forward.entropy.detach() * &minibatch.mask).sum(REAL).double_value(&[]) / tokens.max(1.0);
-                    loss_sum += loss.double_value(&[]);
-                    (steps, trained_tokens) = (steps + 1, trained_tokens + tokens as usize);
+                // Iteration j samples with the weights of version j − staleness (the first ones with version 0).
+                let sampler_for = |j: usize| versions.iter().find(|(v, _)| *v == j.saturating_sub(schedule.staleness)).map(|(_, m)| m).expect("a kept version");
+                let (picks, played, PlayTime { generation, environment }) = match pending.take() {
+                    Some(rollout) => std::thread::ScopedJoinHandle::join(rollout).map_err(|_| "the rollout thread panicked".to_string())?,
+                    None if copies => play_with(sampler_for(iteration), iteration),
+                    None => play_with(model, iteration),
+                };
+                // With stale weights the next iteration's sampler exists already, so
+                // its episodes are played on a second thread while this iteration
+                // learns: the same episodes as playing them later, sooner.
+                if schedule.staleness > 0 && iteration + 1 < schedule.iterations {
+                    let sampler = copy_model(sampler_for(iteration + 1), schedule.sampling_precision); // a thread's own copy (a tensor is not Sync)
+                    pending = Some(scope.spawn(move || play_with(&sampler, iteration + 1)));
                 }
+                let learning = Instant::now();
+                let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
+                // Reward, advantage (once per rollout), and the episodes that get a loss.
+                let rewards = algorithm.rewards(&played, &trajectories, &mut record.extra);
+                let rollout = collate(&trajectories, device);
+                let advantages = algorithm.advantages(model, &trajectories, &rollout, &rewards, schedule.group, &mut record.extra); // [N, T]
+                let mut chosen = algorithm.keep(&played, schedule.group, &mut record.extra);
+                // Update: epochs × minibatches steps on the masked loss.
+                let (mut shuffle, mut loss_sum, mut entropy_sum, mut steps, mut trained_tokens) = (streams.shuffle(iteration), 0.0, 0.0, 0, 0);
+                for _ in 0..schedule.epochs {
+                    chosen.shuffle(&mut shuffle);
+                    for rows in chosen.chunks(chosen.len().div_ceil(schedule.minibatches).max(1)) {
+                        let picked: Vec<Trajectory> = rows.iter().map(|&i| trajectories[i].clone()).collect();
+                        let minibatch = collate(&picked, device);
+                        let index = Tensor::from_slice(&rows.iter().map(|&i| i as i64).collect::<Vec<_>>()).to_device(device);
+                        let adv = advantages.index_select(0, &index).narrow(1, 0, minibatch.ids.size()[1]); // [b, T]
+                        let forward = forward(model, &minibatch);
+                        let loss = algorithm.loss(&forward, &minibatch, &adv, rows, &mut record.extra);
+                        opt.backward_step(&loss);
+                        let tokens = minibatch.mask.sum(REAL).double_value(&[]);
+                        entropy_sum += (forward.entropy.detach() * &minibatch.mask).sum(REAL).double_value(&[]) / tokens.max(1.0);
+                        loss_sum += loss.double_value(&[]);
+                        (steps, trained_tokens) = (steps + 1, trained_tokens + tokens as usize);
+                    }
+                }
+                record.tasks = Some(picks.iter().step_by(schedule.group.max(1)).copied().collect());
+                record.train_success = Some(played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64);
+                record.trained_episodes = Some(chosen.len());
+                record.loss = (steps > 0).then(|| loss_sum / steps as f64);
+                record.entropy = (steps > 0).then(|| entropy_sum / steps as f64);
+                record.generated_tokens = Some(played.iter().map(|p| p.segments.iter().map(|s| s.logprobs.len()).sum::<usize>()).sum());
+                record.trained_tokens = Some(trained_tokens);
+                record.sequence_tokens = Some(chosen.iter().map(|&i| trajectories[i].ids.len()).sum());
+                record.time = Some(StepTime { generation, environment, learning: learning.elapsed().as_secs_f64() });
+                if schedule.checkpoint_every > 0 && (iteration + 1) % schedule.checkpoint_every == 0 {
+                    model.save(&run_dir.join(format!("iteration-{:04}.safetensors", iteration + 1)))?;
+                }
+                bar.inc(1);
             }
-            record.tasks = Some(picks.iter().step_by(schedule.group.max(1)).copied().collect());
-            record.train_success = Some(played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64);
-            record.trained_episodes = Some(chosen.len());
-            record.loss = (steps > 0).then(|| loss_sum / steps as f64);
-            record.entropy = (steps > 0).then(|| entropy_sum / steps as f64);
-            record.generated_tokens = Some(played.iter().map(|p| p.segments.iter().map(|s| s.logprobs.len()).sum::<usize>()).sum());
-            record.trained_tokens = Some(trained_tokens);
-            record.sequence_tokens = Some(chosen.iter().map(|&i| trajectories[i].ids.len()).sum());
-            record.time = Some(StepTime { generation, environment, learning: learning.elapsed().as_secs_f64() });
-            if schedule.checkpoint_every > 0 && (iteration + 1) % schedule.checkpoint_every == 0 {
-                model.save(&run_dir.join(format!("iteration-{:04}.safetensors", iteration + 1)))?;
-            }
-            bar.inc(1);
+            writeln!(metrics, "{}", serde_json::to_string(&record).map_err(|err| err.to_string())?).map_err(|err| format!("cannot write metrics: {err}"))?;
+            records.push(record);
         }
-        writeln!(metrics, "{}", serde_json::to_string(&record).map_err(|err| err.to_string())?).map_err(|err| format!("cannot write metrics: {err}"))?;
-        records.push(record);
-    }
-    Ok(())
+        Ok(())
     })?;
     model.save(&run_dir.join("final.safetensors"))?;
     bar.finish_and_clear();

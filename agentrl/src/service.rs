@@ -1553,14 +1553,6 @@ fn load_client(addr: SocketAddr, catalog: &Catalog, client: usize, episodes: usi
     tally
 }
 
-fn percentile(sorted: &[Duration], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let at = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[at].as_secs_f64() * 1000.0
-}
-
 /// Run `clients` concurrent WebSocket clients against the server at `addr`,
 /// each playing `episodes` episodes of the train split.
 pub fn run_load(addr: SocketAddr, clients: usize, episodes: usize, seed: u64) -> LoadReport {
@@ -1576,8 +1568,8 @@ pub fn run_load(addr: SocketAddr, clients: usize, episodes: usize, seed: u64) ->
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| ClientTally { errors: 1, ..ClientTally::default() })).collect()
     });
     let seconds = start.elapsed().as_secs_f64();
-    let mut latencies: Vec<Duration> = tallies.iter().flat_map(|t| t.latencies.iter().copied()).collect();
-    latencies.sort();
+    let latencies: Vec<Duration> = tallies.iter().flat_map(|t| t.latencies.iter().copied()).collect();
+    let latencies: Vec<f64> = latencies.iter().map(|d| d.as_secs_f64() * 1000.0).collect(); // ms
     let steps: usize = tallies.iter().map(|t| t.steps).sum();
     LoadReport {
         clients,
@@ -1588,9 +1580,9 @@ pub fn run_load(addr: SocketAddr, clients: usize, episodes: usize, seed: u64) ->
         mismatches: tallies.iter().map(|t| t.mismatches).sum(),
         total_reward: tallies.iter().map(|t| t.reward).sum(),
         timing: LoadTiming {
-            step_p50_ms: percentile(&latencies, 0.5),
-            step_p90_ms: percentile(&latencies, 0.9),
-            step_p99_ms: percentile(&latencies, 0.99),
+            step_p50_ms: crate::stats::percentile(&latencies, 0.5),
+            step_p90_ms: crate::stats::percentile(&latencies, 0.9),
+            step_p99_ms: crate::stats::percentile(&latencies, 0.99),
             steps_per_second: steps as f64 / seconds.max(1e-9),
             seconds,
         },

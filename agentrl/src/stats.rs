@@ -18,6 +18,14 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
+/// The `q`-quantile of `samples` (0 ≤ q ≤ 1) by the nearest rank: the
+/// sorted value at index round((n − 1) q); 0 for no samples.
+pub fn percentile(samples: &[f64], q: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(((sorted.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(0.0)
+}
+
 /// The sample mean and the standard error of the mean, `s / √n` with `s` the
 /// sample standard deviation (n − 1 in its denominator). Needs two values.
 pub fn standard_error(values: &[f64]) -> (f64, f64) {
