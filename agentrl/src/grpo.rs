@@ -176,7 +176,6 @@ impl TrainConfig {
             checkpoint_every: self.checkpoint_every,
             seed: self.seed,
             staleness: 0,
-            sampling_precision: None,
         }
     }
 

@@ -266,11 +266,6 @@ pub struct Schedule {
     /// (the first iterations with the initial ones). 0 is on-policy.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub staleness: usize,
-    /// Sample with a copy of the weights in another precision, learn in 64
-    /// bits (Chapter 13's training/inference mismatch). None samples with the
-    /// learner's own weights.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sampling_precision: Option<Precision>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -330,7 +325,6 @@ impl Schedule {
             checkpoint_every: 0,
             seed: 0,
             staleness: 0,
-            sampling_precision: None,
         }
     }
 
@@ -425,9 +419,9 @@ pub fn train(
     let bar = progress(schedule.iterations as u64, &schedule.name);
     let mut records = Vec::new();
     // The weights that sample (Chapter 13): the learner's own, or copies of
-    // the versions still needed (`staleness` behind, or in another precision),
+    // the versions still needed (`staleness` behind),
     // oldest first, each tagged with the iterations completed when copied.
-    let copies = schedule.staleness > 0 || schedule.sampling_precision.is_some();
+    let copies = schedule.staleness > 0;
     let mut versions: std::collections::VecDeque<(usize, TinyAgent)> = std::collections::VecDeque::new();
     // Rollout: which tasks and which tokens come from separate streams.
     let play_with = |sampler: &TinyAgent, iteration: usize| {
@@ -447,7 +441,7 @@ pub fn train(
             if !last_line {
                 opt.set_lr(schedule.lr + (schedule.lr_end - schedule.lr) * iteration as f64 / schedule.iterations.max(1) as f64);
                 if copies {
-                    versions.push_back((iteration, copy_model(model, schedule.sampling_precision)));
+                    versions.push_back((iteration, copy_model(model, None)));
                     while versions.front().is_some_and(|(v, _)| *v < iteration.saturating_sub(schedule.staleness)) {
                         versions.pop_front();
                     }
@@ -463,7 +457,7 @@ pub fn train(
                 // its episodes are played on a second thread while this iteration
                 // learns: the same episodes as playing them later, sooner.
                 if schedule.staleness > 0 && iteration + 1 < schedule.iterations {
-                    let sampler = copy_model(sampler_for(iteration + 1), schedule.sampling_precision); // a thread's own copy (a tensor is not Sync)
+                    let sampler = copy_model(sampler_for(iteration + 1), None); // a thread's own copy (a tensor is not Sync)
                     pending = Some(scope.spawn(move || play_with(&sampler, iteration + 1)));
                 }
                 let learning = Instant::now();
