@@ -11,7 +11,7 @@
 
 use crate::episode::parse_call;
 use crate::gym::{BugFixEnv, Edit, EditKind, Family, Gym, Task, MAX_TURNS};
-use crate::pg::{Algorithm, Forward, Report};
+use crate::pg::{wrapper_config, Algorithm, Forward, Report};
 use crate::trajectory::{Batch, Trajectory};
 use tch::Tensor;
 use crate::mdp::{Mdp, Outcome};
@@ -605,6 +605,10 @@ pub struct DropDegenerate {
 }
 
 impl Algorithm for DropDegenerate {
+    fn draw(&mut self, n: usize, tasks: usize, group: usize, iteration: usize, rng: &mut rand::rngs::StdRng) -> Vec<usize> {
+        self.inner.draw(n, tasks, group, iteration, rng)
+    }
+
     fn rewards(&mut self, played: &[Played], trajectories: &[Trajectory], report: &mut Report) -> Vec<f64> {
         self.inner.rewards(played, trajectories, report)
     }
@@ -614,8 +618,7 @@ impl Algorithm for DropDegenerate {
     }
 
     fn config_json(&self) -> Option<String> {
-        let inner: serde_json::Value = self.inner.config_json().and_then(|c| serde_json::from_str(&c).ok()).unwrap_or_default();
-        Some(serde_json::json!({ "drop_degenerate": true, "inner": inner }).to_string())
+        wrapper_config(self.inner.as_ref(), serde_json::json!({ "drop_degenerate": true }))
     }
 
     fn keep(&mut self, played: &[Played], group: usize, report: &mut Report) -> Vec<usize> {

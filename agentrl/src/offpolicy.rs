@@ -111,6 +111,10 @@ impl OffPolicy {
 }
 
 impl Algorithm for OffPolicy {
+    fn draw(&mut self, n: usize, tasks: usize, group: usize, iteration: usize, rng: &mut StdRng) -> Vec<usize> {
+        self.inner.draw(n, tasks, group, iteration, rng)
+    }
+
     fn rewards(&mut self, played: &[Played], trajectories: &[Trajectory], report: &mut Report) -> Vec<f64> {
         self.inner.rewards(played, trajectories, report)
     }

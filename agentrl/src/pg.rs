@@ -177,6 +177,12 @@ pub trait Algorithm {
     fn config_json(&self) -> Option<String> {
         None
     }
+    /// The training tasks of iteration `iteration`, each repeated `group`
+    /// times (default: [`draw_tasks`], uniform; Chapter 14's curricula choose).
+    /// Called on the loop's thread before the rollout, with the tasks stream.
+    fn draw(&mut self, n: usize, tasks: usize, group: usize, _iteration: usize, rng: &mut StdRng) -> Vec<usize> {
+        draw_tasks(n, tasks, group, rng)
+    }
     /// The episodes that get a loss (default: all).
     fn keep(&mut self, played: &[Played], _group: usize, _report: &mut Report) -> Vec<usize> {
         (0..played.len()).collect()
@@ -216,19 +222,33 @@ impl Algorithm for Reinforce {
 }
 // ANCHOR_END: algorithm
 
+/// The settings of an algorithm that wraps `inner`: its own `fields` (a JSON
+/// object) and, under `"inner"`, the inner algorithm's.
+pub fn wrapper_config(inner: &dyn Algorithm, mut fields: serde_json::Value) -> Option<String> {
+    let nested: serde_json::Value = inner.config_json().and_then(|c| serde_json::from_str(&c).ok()).unwrap_or_default();
+    fields["inner"] = nested;
+    Some(fields.to_string())
+}
+
 // ANCHOR: forward
 /// log π_θ(x_t | x_<t) and the entropy of π_θ(· | x_<t) at the positions
 /// `batch.mask` selects, [B, T] each and 0 elsewhere. The transformer runs on
 /// the whole batch, but the output layer and the softmax over the vocabulary
 /// only on the N action positions (a seventh of the tokens in the gym).
 pub fn forward(model: &TinyAgent, batch: &Batch) -> Forward {
-    let (b, t) = batch.ids.size2().unwrap();
     let hidden = model.hidden(&batch.ids, &batch.valid, &mut KvCache::default()); // [B, T, D]
-    let at = batch.mask.narrow(1, 1, t - 1).nonzero(); // [N, 2]: (row, position before an action token)
+    at_actions(model, hidden, &batch.ids, &batch.mask)
+}
+
+/// The head, log π_θ and the entropy at the action tokens `mask` [B, T]
+/// selects, from the final hidden states [B, T, D] of the rows `ids` [B, T].
+pub fn at_actions(model: &TinyAgent, hidden: Tensor, ids: &Tensor, mask: &Tensor) -> Forward {
+    let (b, t) = ids.size2().unwrap();
+    let at = mask.narrow(1, 1, t - 1).nonzero(); // [N, 2]: (row, position before an action token)
     let (rows, before) = (at.select(1, 0), at.select(1, 1)); // [N], [N]
     let token = &before + 1; // [N]
     let log_probs = model.head(&hidden.index(&[Some(&rows), Some(&before)])).log_softmax(-1, REAL); // [N, V]
-    let next = batch.ids.index(&[Some(&rows), Some(&token)]).unsqueeze(-1); // [N, 1]
+    let next = ids.index(&[Some(&rows), Some(&token)]).unsqueeze(-1); // [N, 1]
     let logp = log_probs.gather(-1, &next, false).squeeze_dim(-1); // [N]
     let entropy = -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, REAL); // [N]
     let zeros = Tensor::zeros([b, t], (REAL, logp.device()));
@@ -424,8 +444,7 @@ pub fn train(
     let copies = schedule.staleness > 0;
     let mut versions: std::collections::VecDeque<(usize, TinyAgent)> = std::collections::VecDeque::new();
     // Rollout: which tasks and which tokens come from separate streams.
-    let play_with = |sampler: &TinyAgent, iteration: usize| {
-        let picks = draw_tasks(train_tasks.len(), schedule.tasks, schedule.group, &mut streams.tasks(iteration));
+    let play_with = |sampler: &TinyAgent, iteration: usize, picks: Vec<usize>| {
         let policy = LmPolicy { model: sampler, bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
         let (played, time) = play_timed(&policy, train_tasks, &picks, crate::gym::MAX_TURNS, &mut streams.sampling(iteration));
         (picks, played, time)
@@ -448,17 +467,19 @@ pub fn train(
                 }
                 // Iteration j samples with the weights of version j − staleness (the first ones with version 0).
                 let sampler_for = |j: usize| versions.iter().find(|(v, _)| *v == j.saturating_sub(schedule.staleness)).map(|(_, m)| m).expect("a kept version");
+                let draw = |algorithm: &mut dyn Algorithm, j: usize| algorithm.draw(train_tasks.len(), schedule.tasks, schedule.group, j, &mut streams.tasks(j));
                 let (picks, played, PlayTime { generation, environment }) = match pending.take() {
                     Some(rollout) => std::thread::ScopedJoinHandle::join(rollout).map_err(|_| "the rollout thread panicked".to_string())?,
-                    None if copies => play_with(sampler_for(iteration), iteration),
-                    None => play_with(model, iteration),
+                    None if copies => play_with(sampler_for(iteration), iteration, draw(&mut *algorithm, iteration)),
+                    None => play_with(model, iteration, draw(&mut *algorithm, iteration)),
                 };
                 // With stale weights the next iteration's sampler exists already, so
                 // its episodes are played on a second thread while this iteration
                 // learns: the same episodes as playing them later, sooner.
                 if schedule.staleness > 0 && iteration + 1 < schedule.iterations {
                     let sampler = copy_model(sampler_for(iteration + 1), None); // a thread's own copy (a tensor is not Sync)
-                    pending = Some(scope.spawn(move || play_with(&sampler, iteration + 1)));
+                    let picks = draw(&mut *algorithm, iteration + 1);
+                    pending = Some(scope.spawn(move || play_with(&sampler, iteration + 1, picks)));
                 }
                 let learning = Instant::now();
                 let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();

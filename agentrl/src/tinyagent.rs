@@ -291,6 +291,20 @@ impl TinyAgent {
     }
     // ANCHOR_END: forward
 
+    // ANCHOR: hidden_with
+    /// The final hidden states [R, C, D] of rows `ids` [R, C] whose positions
+    /// [R, C] and attention mask `allowed` [R, 1, C, C] (true where a query may
+    /// see a key) the caller chooses, no cache: the forward pass of packed
+    /// rows, several sequences to a row (Chapter 14).
+    pub fn hidden_with(&self, ids: &Tensor, positions: &Tensor, allowed: &Tensor) -> Tensor {
+        let mut x = ids.apply(&self.wte) + positions.apply(&self.wpe); // [R, C, D]
+        for block in &self.blocks {
+            x = block.forward(&x, Some(allowed), &mut None, 0);
+        }
+        x.apply(&self.ln_f) // [R, C, D]
+    }
+    // ANCHOR_END: hidden_with
+
     /// The attention of block `layer` (its projections included, not its
     /// residual connection) on `x` [B, T, D], the block's normalised input,
     /// for sequences whose real tokens `valid` [B, T] marks, without a cache:
