@@ -44,8 +44,8 @@ pub fn perf(stored: bool) -> Result<()> {
     if !stored {
         setup::all(false)?;
         let env = setup::book_env();
-        step("benchmarks: generation with and without the KV cache, the gym and its runners (criterion)");
-        run(Command::new("cargo").args(["bench", "-p", "agentrl", "--bench", "generate", "--bench", "gym"]).envs(env.clone()).current_dir(root()))?;
+        step("benchmarks: generation with and without the KV cache, the gym and its runners, padded and packed updates (criterion)");
+        run(Command::new("cargo").args(["bench", "-p", "agentrl", "--bench", "generate", "--bench", "gym", "--bench", "packing"]).envs(env.clone()).current_dir(root()))?;
         step("benchmark: one GRPO++ training step");
         let out = util::capture(Command::new("cargo").args(["bench", "-p", "agentrl", "--bench", "train_step"]).envs(env).current_dir(root()))?;
         if !out.status.success() {
@@ -60,6 +60,8 @@ pub fn perf(stored: bool) -> Result<()> {
     let (generation, environment, learning) = (field(&text, "generation", 1)?, field(&text, "environment", 1)?, field(&text, "learning", 1)?);
     let per_action = field(&text, "sequence tokens per trained action token:", 0)?;
     let episode = median("gym", "random_episode")?;
+    let (padded, sorted) = (median("update_64", "padded")?, median("update_64", "sorted")?);
+    let (packed_384, packed_768) = (median("update_64", "packed_384")?, median("update_64", "packed_768")?);
     let rows = [
         ("KV cache", "generating 256 tokens for 8 prompts: time without the cache / time with it", format!("{:.1}×", recomputed / cached)),
         ("64-bit weights", "the same generation with the cache: 64-bit weights / 32-bit weights", format!("{:.2}×", cached / single)),
@@ -70,6 +72,9 @@ pub fn perf(stored: bool) -> Result<()> {
         ("", "share of the environment (tools, test runs, observations)", format!("{environment:.0} %")),
         ("", "share of learning (advantages, forward and backward, optimiser)", format!("{learning:.0} %")),
         ("", "sequence tokens through the update per trained action token", format!("{per_action:.1}")),
+        ("packing", "forward and backward over Chapter 14's 64 episodes, padded to the longest (64 rows) / packed into rows of 384", format!("{:.2}×", padded / packed_384)),
+        ("", "padded to the longest / packed into rows of 768", format!("{:.2}×", padded / packed_768)),
+        ("", "padded to the longest / padded in 8 minibatches of similar length", format!("{:.2}×", padded / sorted)),
     ];
     let mut table = format!(
         "<!-- written by `cargo xtask perf`; do not edit -->\n\nMeasured in one run of `cargo xtask perf` on {}, PyTorch {} (libtorch), one libtorch thread, AVX2 kernels.\n\n| what | ratio of | measured |\n| --- | --- | ---: |\n",
