@@ -61,7 +61,7 @@ impl Block {
     }
 
     /// `x`: [B, T, D]; `allowed`: [B, 1, T, S], or `None` for plain causal
-    /// attention without a cache; `past`: this layer's cached keys and values,
+    /// attention (no padding to hide, and no cache unless T = 1); `past`: this layer's cached keys and values,
     /// whose first `filled` = S - T positions are in use, extended in place.
     fn forward(&self, x: &Tensor, allowed: Option<&Tensor>, past: &mut Option<(Tensor, Tensor)>, filled: i64) -> Tensor {
         let x = x + self.attention(&x.apply(&self.ln1), allowed, past, filled);
@@ -80,7 +80,8 @@ impl Block {
         // softmax(q kᵀ / √d_head) v over the allowed keys, every head at once, in one fused kernel.
         let attended = match allowed {
             Some(mask) => Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false),
-            None => Tensor::scaled_dot_product_attention::<Tensor>(&q, &k, &v, None, 0.0, true, None, false),
+            // Causal: query i sees keys up to i (a single new query sees all of them).
+            None => Tensor::scaled_dot_product_attention::<Tensor>(&q, &k, &v, None, 0.0, t > 1, None, false),
         }; // [B, n_head, T, d_head]
         let attended = attended.transpose(1, 2).reshape([b, t, d]); // [B, T, D]: the heads side by side
         attended.apply(&self.proj)
@@ -150,11 +151,12 @@ fn append(past: &mut Option<(Tensor, Tensor)>, k: Tensor, v: Tensor, filled: i64
 
 /// Keys and values of every layer for the positions seen so far (in buffers
 /// that may have room for more), and which of those positions are real
-/// tokens (not padding).
+/// tokens (not padding), kept on the host: the positions and masks of the
+/// next tokens are worked out from it without reading a tensor back.
 #[derive(Debug, Default)]
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
-    valid: Option<Tensor>, // [B, S] bool
+    valid: Vec<Vec<bool>>, // [B][S]
     /// The real tokens of each row that the cache holds, in order (filled in
     /// by [`TinyAgent::generate_from`]), so that a caller can check that a new
     /// context extends them before reusing the cache.
@@ -170,15 +172,13 @@ impl KvCache {
             let index = index.to_device(k.device());
             (*k, *v) = (k.index_select(0, &index), v.index_select(0, &index)); // [B', n_head, S, d_head]
         }
-        if let Some(valid) = &self.valid {
-            self.valid = Some(valid.index_select(0, &index.to_device(valid.device()))); // [B', S]
-        }
+        self.valid = keep.iter().map(|&i| std::mem::take(&mut self.valid[i])).collect();
         self.tokens = keep.iter().map(|&i| std::mem::take(&mut self.tokens[i])).collect();
     }
 
     /// Cached positions (padding included).
     pub fn len(&self) -> i64 {
-        self.valid.as_ref().map_or(0, |valid| valid.size()[1])
+        self.valid.first().map_or(0, |row| row.len() as i64)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -194,22 +194,30 @@ impl KvCache {
 // ANCHOR_END: cache
 
 // ANCHOR: mask
-/// Which keys each of the last `t` positions may attend to, given which of
-/// all S positions are real tokens (`valid_all` [B, S]; the first `past` are
-/// in the cache): query i, at absolute position past + i, sees the real keys
-/// at positions <= past + i, and always itself. [B, 1, T, S], or `None` when
-/// that is plain causal attention (no cache and no padding before a real token).
-fn attention_mask(valid_all: &Tensor, past: i64, t: i64) -> Option<Tensor> {
-    let s = past + t;
-    let valid = valid_all.narrow(1, past, t); // [B, T]
-    let pad_then_real = t > 1 && valid.narrow(1, 1, t - 1).logical_and(&valid.narrow(1, 0, t - 1).logical_not()).any().int64_value(&[]) != 0;
-    (past > 0 || pad_then_real).then(|| {
-        let query = Tensor::arange_start(past, s, (Kind::Int64, valid_all.device())).view([t, 1]);
-        let key = Tensor::arange(s, (Kind::Int64, valid_all.device())).view([1, s]);
-        let causal = key.le_tensor(&query); // [T, S]
-        let allowed = causal.unsqueeze(0).logical_and(&valid_all.unsqueeze(1)).logical_or(&key.eq_tensor(&query).unsqueeze(0)); // [B, T, S]
-        allowed.unsqueeze(1) // [B, 1, T, S]
-    })
+/// The additive mask M (0 where a query may see a key, −∞ where not) of the
+/// last `t` of S positions, given which are real tokens (`valid` [B][S], the
+/// first S − t in the cache): query i, at position S − t + i, sees the real
+/// keys at positions <= S − t + i, and always itself. [B, 1, T, S] in the
+/// weights' `kind`, or `None` when that is plain causal attention: no padding
+/// before a real token and nothing cached, or one new query and no padding.
+fn attention_mask(valid: &[Vec<bool>], t: i64, kind: Kind, device: Device) -> Option<Tensor> {
+    let (b, s) = (valid.len() as i64, valid.first().map_or(0, Vec::len) as i64);
+    let past = s - t;
+    let padded = |row: &[bool]| row.iter().any(|&real| !real);
+    let pad_then_real = |row: &[bool]| row.windows(2).any(|w| !w[0] && w[1]);
+    if (past == 0 && !valid.iter().any(|row| pad_then_real(row))) || (t == 1 && !valid.iter().any(|row| padded(row))) {
+        return None;
+    }
+    if t == 1 {
+        // One query: a key mask, the query's own position always seen.
+        let keys: Vec<f64> = valid.iter().flat_map(|row| row.iter().enumerate().map(move |(j, &real)| if real || j as i64 == s - 1 { 0.0 } else { f64::NEG_INFINITY })).collect();
+        return Some(Tensor::from_slice(&keys).view([b, 1, 1, s]).to_kind(kind).to_device(device));
+    }
+    let real = Tensor::from_slice(&valid.concat()).view([b, 1, s]).to_device(device); // [B, 1, S]
+    let query = Tensor::arange_start(past, s, (Kind::Int64, device)).view([t, 1]);
+    let key = Tensor::arange(s, (Kind::Int64, device)).view([1, s]);
+    let seen = key.le_tensor(&query).unsqueeze(0).logical_and(&real).logical_or(&key.eq_tensor(&query).unsqueeze(0)); // [B, T, S]
+    Some(Tensor::zeros([b, 1, t, s], (kind, device)).masked_fill(&seen.logical_not().unsqueeze(1), f64::NEG_INFINITY)) // [B, 1, T, S]
 }
 // ANCHOR_END: mask
 
@@ -272,21 +280,27 @@ impl TinyAgent {
 
     /// The final hidden states (after the last LayerNorm) of the new tokens: [B, T, D].
     pub fn hidden(&self, ids: &Tensor, valid: &Tensor, cache: &mut KvCache) -> Tensor {
-        let (_, t) = ids.size2().unwrap();
+        let (b, t) = ids.size2().unwrap();
         let past = cache.len();
-        let valid_all = match &cache.valid {
-            Some(old) => Tensor::cat(&[old, valid], 1),
-            None => valid.shallow_clone(),
-        }; // [B, S]
+        let new = Vec::<bool>::try_from(valid.to_device(Device::Cpu).reshape([-1])).expect("a boolean mask"); // [B·T]
+        cache.valid.resize_with(b as usize, || vec![true; past as usize]);
         // A token's position counts the real tokens before it, so left padding does not shift it.
-        let positions = (valid_all.to_kind(Kind::Int64).cumsum(1, Kind::Int64) - 1).clamp_min(0).narrow(1, past, t); // [B, T]
-        let allowed = attention_mask(&valid_all, past, t); // [B, 1, T, S] or None
+        let mut positions = Vec::with_capacity((b * t) as usize);
+        for (row, seen) in cache.valid.iter_mut().enumerate() {
+            let mut count = seen.iter().filter(|&&real| real).count() as i64;
+            for &real in &new[row * t as usize..(row + 1) * t as usize] {
+                count += real as i64;
+                positions.push((count - 1).max(0));
+                seen.push(real);
+            }
+        }
+        let positions = Tensor::from_slice(&positions).view([b, t]).to_device(ids.device()); // [B, T]
+        let allowed = attention_mask(&cache.valid, t, self.wte.ws.kind(), ids.device()); // [B, 1, T, S] or None
         let mut x = ids.apply(&self.wte) + positions.apply(&self.wpe); // [B, T, D]
         cache.layers.resize_with(self.blocks.len(), || None);
         for (block, past_kv) in self.blocks.iter().zip(cache.layers.iter_mut()) {
             x = block.forward(&x, allowed.as_ref(), past_kv, past);
         }
-        cache.valid = Some(valid_all);
         x.apply(&self.ln_f) // [B, T, D]
     }
     // ANCHOR_END: forward
@@ -313,7 +327,11 @@ impl TinyAgent {
     pub fn attention(&self, layer: usize, x: &Tensor, valid: &Tensor, kernel: Attention) -> Tensor {
         let block = &self.blocks[layer];
         match kernel {
-            Attention::Fused => block.attention(x, attention_mask(valid, 0, x.size()[1]).as_ref(), &mut None, 0),
+            Attention::Fused => {
+                let rows = Vec::<bool>::try_from(valid.to_device(Device::Cpu).reshape([-1])).expect("a boolean mask");
+                let rows: Vec<Vec<bool>> = rows.chunks(x.size()[1] as usize).map(<[bool]>::to_vec).collect();
+                block.attention(x, attention_mask(&rows, x.size()[1], x.kind(), x.device()).as_ref(), &mut None, 0)
+            }
             Attention::Reference => block.attention_reference(x, valid),
         }
     }

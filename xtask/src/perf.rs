@@ -21,7 +21,7 @@ fn median(group: &str, name: &str) -> Result<f64> {
 
 /// The value after `label` on the line of `text` that starts with it.
 fn field(text: &str, label: &str, index: usize) -> Result<f64> {
-    let line = text.lines().find(|l| l.starts_with(label)).ok_or_else(|| format!("the train_step benchmark printed no `{label}` line:\n{text}"))?;
+    let line = text.lines().find(|l| l.starts_with(label)).ok_or_else(|| format!("a benchmark printed no `{label}` line:\n{text}"))?;
     line[label.len()..]
         .split_whitespace()
         .nth(index)
@@ -41,6 +41,7 @@ fn processor() -> String {
 /// results of the last run, kept in `target/`) and write the table.
 pub fn perf(stored: bool) -> Result<()> {
     let step_output = root().join("target/criterion/train_step.txt");
+    let (rust_speed, torch_speed) = (root().join("target/criterion/policy_speed_rust.txt"), root().join("target/criterion/policy_speed_pytorch.txt"));
     if !stored {
         setup::all(false)?;
         let env = setup::book_env();
@@ -52,6 +53,23 @@ pub fn perf(stored: bool) -> Result<()> {
             return Err(format!("the train_step benchmark failed:\n{}", String::from_utf8_lossy(&out.stderr)));
         }
         std::fs::write(&step_output, &out.stdout).map_err(|err| format!("cannot write {}: {err}", step_output.display()))?;
+        step("the policy's speed: TinyAgent in tch (benchmark policy_speed), then the same model in PyTorch eager (benches/policy_speed.py)");
+        let mut tch_bench = Command::new("cargo");
+        tch_bench.args(["bench", "-p", "agentrl", "--bench", "policy_speed"]);
+        let mut eager = Command::new(setup::python());
+        eager.arg(root().join("agentrl/benches/policy_speed.py"));
+        for (what, command, output) in [("the policy_speed benchmark", &mut tch_bench, &rust_speed), ("benches/policy_speed.py", &mut eager, &torch_speed)] {
+            let out = util::capture(command.envs(setup::book_env()).current_dir(root()))?;
+            if !out.status.success() {
+                return Err(format!("{what} failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+            }
+            std::fs::write(output, &out.stdout).map_err(|err| format!("cannot write {}: {err}", output.display()))?;
+        }
+    }
+    let (rust, torch) = (util::read(&rust_speed)?, util::read(&torch_speed)?);
+    let speed = |text: &str, label: &str| field(text, label, 0);
+    if speed(&rust, "parameters ")? != speed(&torch, "parameters ")? {
+        return Err(format!("the PyTorch model is not TinyAgent's shape: {} and {} count different parameters", rust_speed.display(), torch_speed.display()));
     }
     let text = util::read(&step_output)?;
     let (cached, recomputed) = (median("generate_256", "kv_cache")?, median("generate_256", "recompute")?);
@@ -72,6 +90,10 @@ pub fn perf(stored: bool) -> Result<()> {
         ("", "share of the environment (tools, test runs, observations)", format!("{environment:.0} %")),
         ("", "share of learning (advantages, forward and backward, optimiser)", format!("{learning:.0} %")),
         ("", "sequence tokens through the update per trained action token", format!("{per_action:.1}")),
+        ("the policy vs PyTorch", "tokens sampled per second with the KV cache, B = 1: TinyAgent in tch / the same model in PyTorch eager", format!("{:.2}×", speed(&rust, "decode 1 ")? / speed(&torch, "decode 1 ")?)),
+        ("", "the same, B = 8", format!("{:.2}×", speed(&rust, "decode 8 ")? / speed(&torch, "decode 8 ")?)),
+        ("", "the same, B = 32", format!("{:.2}×", speed(&rust, "decode 32 ")? / speed(&torch, "decode 32 ")?)),
+        ("", "one training step (forward, backward, AdamW) on 16 × 256 tokens: PyTorch's time / tch's time", format!("{:.2}×", speed(&torch, "train_step ")? / speed(&rust, "train_step ")?)),
         ("packing", "forward and backward over Chapter 14's 64 episodes, padded to the longest (64 rows) / packed into rows of 384", format!("{:.2}×", padded / packed_384)),
         ("", "padded to the longest / packed into rows of 768", format!("{:.2}×", padded / packed_768)),
         ("", "padded to the longest / padded in 8 minibatches of similar length", format!("{:.2}×", padded / sorted)),
