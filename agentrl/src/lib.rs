@@ -36,6 +36,9 @@
 //! | [`exchange`] | 13 | trajectories on disk as JSONL (ids, action mask, sampling log-probs, reward, policy version), checked when read |
 //! | [`pipeline`] | 13 | rollout systems on a virtual clock: episode shapes, recorded and heavy-tailed latencies, lockstep and independent rollouts as timelines, asynchronous workers and a learner under a staleness bound |
 //! | [`service`] | 13 | the gym as a service: the OpenEnv protocol over WebSocket and HTTP, sessions, limits, a load test |
+//! | [`packing`] | 14 | several trajectories to a row (first-fit decreasing, a block-diagonal causal mask, restarted positions), the packed forward pass, token slots, micro-batch weights for gradient accumulation |
+//! | [`curriculum`] | 14 | pass rates estimated from the policy's own episodes, the chance that a group carries signal, skipping tasks before sampling, a frontier curriculum |
+//! | [`preference`] | 15 | DPO: summed action log-probs, the sigmoid loss with label smoothing against a frozen reference, implicit rewards, their accuracy and margin, success/failure pairs of one task |
 
 pub mod advantage;
 pub mod agent;
@@ -57,6 +60,7 @@ pub mod policies;
 pub mod pg;
 pub mod pipeline;
 pub mod ppo;
+pub mod preference;
 pub mod pomdp;
 pub mod pretrain;
 pub mod regularization;
