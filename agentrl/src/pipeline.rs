@@ -195,13 +195,18 @@ pub fn wait_share(events: &[Event]) -> f64 {
 /// only while the episodes started stay below (staleness + version + 1) ×
 /// batch, with `version` the learner's updates so far, so no episode is
 /// sampled more than `staleness` versions before the update that uses it
-/// starts, unless it is slow; the learner drops those.
+/// starts, unless it is slow; the learner drops those. With `partial`
+/// (partial rollouts), a worker takes up new weights at the next turn of the
+/// episode in flight instead of finishing it with the weights it began with;
+/// the bound still counts from the episode's first turn (its head), and
+/// recomputing the cache with the new weights is not charged.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AsyncConfig {
     pub workers: usize,
     pub staleness: usize,
     pub batch: usize,
     pub updates: usize,
+    pub partial: bool,
 }
 
 /// What an asynchronous run did, on the virtual clock.
@@ -213,9 +218,13 @@ pub struct AsyncReport {
     pub played: usize,
     pub trained: usize,
     pub dropped: usize,
-    /// Policy versions between sampling and learning, over trained episodes.
+    /// Policy versions between an episode's first turn and the update that
+    /// learns from it, over trained episodes.
     pub mean_staleness: f64,
     pub max_staleness: usize,
+    /// Policy versions between each generated token and the update that
+    /// learns from it, over the tokens of trained episodes.
+    pub mean_token_lag: f64,
     /// Share of the time the learner was updating, and the workers generating or in the environment.
     pub learner_busy: f64,
     pub worker_busy: f64,
@@ -230,8 +239,8 @@ impl AsyncReport {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Happening {
-    /// A worker finished the episode it started at this learner version.
-    Finished { worker: usize, version: usize },
+    /// A worker finished the episode it started at time `start`, at this learner version.
+    Finished { worker: usize, version: usize, start: f64 },
     Updated,
 }
 
@@ -253,7 +262,7 @@ impl PartialOrd for Timed {
 /// Replay an asynchronous run: episodes take the shapes in `shapes` in
 /// turn (cycling), each turn's call draws from `latency`.
 pub fn asynchronous(shapes: &[Vec<Turn>], costs: Costs, latency: &Latency, config: AsyncConfig, rng: &mut StdRng) -> AsyncReport {
-    let AsyncConfig { workers, staleness, batch, updates } = config;
+    let AsyncConfig { workers, staleness, batch, updates, partial } = config;
     let mut queue = BinaryHeap::new();
     let mut order = 0u64;
     let mut push = |queue: &mut BinaryHeap<Timed>, time: f64, what: Happening| {
@@ -261,10 +270,13 @@ pub fn asynchronous(shapes: &[Vec<Turn>], costs: Costs, latency: &Latency, confi
         queue.push(Timed(time, order, what));
     };
     let (mut version, mut started, mut learning) = (0usize, 0usize, false);
-    let mut finished: VecDeque<usize> = VecDeque::new(); // start versions, in order of finishing
+    // Finished episodes in order of finishing: the version of the first turn, and (version, tokens) of every turn.
+    let mut finished: VecDeque<(usize, Vec<(usize, usize)>)> = VecDeque::new();
     let mut idle: Vec<usize> = (0..workers).rev().collect();
+    let mut playing: Vec<Vec<(f64, usize)>> = vec![Vec::new(); workers]; // each turn's start (from the episode's) and its tokens
+    let mut update_times: Vec<f64> = Vec::new(); // when each version was published
     let mut report = AsyncReport::default();
-    let (mut staleness_sum, mut worker_time) = (0usize, 0.0);
+    let (mut staleness_sum, mut worker_time, mut lag_sum, mut tokens_trained) = (0usize, 0.0, 0usize, 0usize);
     let mut now = 0.0;
     loop {
         // Idle workers start episodes while the bound allows.
@@ -272,22 +284,33 @@ pub fn asynchronous(shapes: &[Vec<Turn>], costs: Costs, latency: &Latency, confi
         while started - report.dropped < (staleness + version + 1) * batch {
             let Some(worker) = idle.pop() else { break };
             let shape = &shapes[started % shapes.len()];
-            let duration: f64 = shape.iter().map(|t| t.tokens as f64 * costs.per_token + if t.runs_tests { latency.draw(rng) } else { costs.light_call }).sum();
+            let mut duration = 0.0;
+            playing[worker] = shape
+                .iter()
+                .map(|t| {
+                    let turn = (duration, t.tokens);
+                    duration += t.tokens as f64 * costs.per_token + if t.runs_tests { latency.draw(rng) } else { costs.light_call };
+                    turn
+                })
+                .collect();
             worker_time += duration;
             started += 1;
-            push(&mut queue, now + duration, Happening::Finished { worker, version });
+            push(&mut queue, now + duration, Happening::Finished { worker, version, start: now });
         }
         // The learner takes the oldest finished episodes, dropping any that grew too stale.
         if !learning {
             let before = finished.len();
-            finished.retain(|&v| version - v <= staleness);
+            finished.retain(|(v, _)| version - v <= staleness);
             report.dropped += before - finished.len();
             if finished.len() >= batch {
-                for v in finished.drain(..batch) {
+                for (v, turns) in finished.drain(..batch) {
                     let lag = version - v;
                     staleness_sum += lag;
                     report.max_staleness = report.max_staleness.max(lag);
                     report.trained += 1;
+                    for (written_by, tokens) in turns {
+                        (lag_sum, tokens_trained) = (lag_sum + (version - written_by) * tokens, tokens_trained + tokens);
+                    }
                 }
                 learning = true;
                 report.learner_busy += costs.update;
@@ -297,13 +320,16 @@ pub fn asynchronous(shapes: &[Vec<Turn>], costs: Costs, latency: &Latency, confi
         let Some(Timed(time, _, what)) = queue.pop() else { break };
         now = time;
         match what {
-            Happening::Finished { worker, version: v } => {
+            Happening::Finished { worker, version: v, start } => {
                 report.played += 1;
-                finished.push_back(v);
+                // A turn is written by the newest version published before it began, if the worker takes up new weights.
+                let written_by = |offset: f64| if partial { update_times.iter().filter(|&&u| u <= start + offset).count() } else { v };
+                finished.push_back((v, playing[worker].iter().map(|&(offset, tokens)| (written_by(offset), tokens)).collect()));
                 idle.push(worker);
             }
             Happening::Updated => {
                 (version, learning) = (version + 1, false);
+                update_times.push(now);
                 if version == updates {
                     break;
                 }
@@ -312,6 +338,7 @@ pub fn asynchronous(shapes: &[Vec<Turn>], costs: Costs, latency: &Latency, confi
     }
     report.time = now;
     report.mean_staleness = staleness_sum as f64 / report.trained.max(1) as f64;
+    report.mean_token_lag = lag_sum as f64 / tokens_trained.max(1) as f64;
     report.learner_busy /= now.max(f64::MIN_POSITIVE);
     report.worker_busy = worker_time.min(now * workers as f64) / (now * workers as f64).max(f64::MIN_POSITIVE);
     report
@@ -408,7 +435,7 @@ mod tests {
         let tail = Latency::HeavyTail { base: vec![1.0, 2.0], share: 0.1, scale: 50.0, alpha: 1.2 };
         for staleness in [0, 1, 3] {
             for workers in [1, 4, 16] {
-                let config = AsyncConfig { workers, staleness, batch: 8, updates: 12 };
+                let config = AsyncConfig { workers, staleness, batch: 8, updates: 12, partial: false };
                 let report = asynchronous(&shapes, costs, &tail, config, &mut StdRng::seed_from_u64(staleness as u64));
                 assert_eq!(report.trained, 8 * 12, "{report:?}");
                 assert!(report.max_staleness <= staleness, "{report:?}");
@@ -416,6 +443,31 @@ mod tests {
                 assert!(report.played >= report.trained + report.dropped, "{report:?}");
                 if staleness == 0 {
                     assert_eq!(report.max_staleness, 0);
+                }
+                // Without partial rollouts every token is as old as its episode's first turn.
+                assert!(report.mean_token_lag <= report.max_staleness as f64, "{report:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn partial_rollouts_keep_the_schedule_and_write_later_turns_with_newer_weights() {
+        let shapes: Vec<Vec<Turn>> = (0..5).map(|i| vec![turn(6 + i, true); 2 + i % 3]).collect();
+        let costs = Costs { per_token: 1.0, light_call: 0.1, update: 30.0 };
+        let tail = Latency::HeavyTail { base: vec![1.0, 2.0], share: 0.2, scale: 40.0, alpha: 1.2 };
+        for staleness in [0, 1, 3] {
+            for workers in [2, 8] {
+                let config = AsyncConfig { workers, staleness, batch: 8, updates: 12, partial: false };
+                let whole = asynchronous(&shapes, costs, &tail, config, &mut StdRng::seed_from_u64(7));
+                let partial = asynchronous(&shapes, costs, &tail, AsyncConfig { partial: true, ..config }, &mut StdRng::seed_from_u64(7));
+                // The same episodes at the same times, trained and dropped alike: only who wrote which turn differs.
+                assert_eq!((partial.time, partial.trained, partial.dropped, partial.mean_staleness), (whole.time, whole.trained, whole.dropped, whole.mean_staleness));
+                assert!(partial.mean_token_lag <= whole.mean_token_lag, "{partial:?} vs {whole:?}");
+                if staleness == 0 {
+                    // Synchronous: no update lands while an episode of the batch is in flight.
+                    assert_eq!((whole.mean_token_lag, partial.mean_token_lag), (0.0, 0.0));
+                } else if workers == 8 {
+                    assert!(partial.mean_token_lag < whole.mean_token_lag, "{partial:?} vs {whole:?}");
                 }
             }
         }
