@@ -218,6 +218,8 @@ pub struct AsyncReport {
     pub played: usize,
     pub trained: usize,
     pub dropped: usize,
+    /// Tokens the policy generated in the trained episodes.
+    pub trained_tokens: usize,
     /// Policy versions between an episode's first turn and the update that
     /// learns from it, over trained episodes.
     pub mean_staleness: f64,
@@ -234,6 +236,11 @@ impl AsyncReport {
     /// Trained episodes per second of the virtual clock.
     pub fn throughput(&self) -> f64 {
         self.trained as f64 / (self.time / 1000.0)
+    }
+
+    /// Generated tokens of trained episodes per second of the virtual clock.
+    pub fn token_throughput(&self) -> f64 {
+        self.trained_tokens as f64 / (self.time / 1000.0)
     }
 }
 
@@ -339,6 +346,7 @@ pub fn asynchronous(shapes: &[Vec<Turn>], costs: Costs, latency: &Latency, confi
     report.time = now;
     report.mean_staleness = staleness_sum as f64 / report.trained.max(1) as f64;
     report.mean_token_lag = lag_sum as f64 / tokens_trained.max(1) as f64;
+    report.trained_tokens = tokens_trained;
     report.learner_busy /= now.max(f64::MIN_POSITIVE);
     report.worker_busy = worker_time.min(now * workers as f64) / (now * workers as f64).max(f64::MIN_POSITIVE);
     report
@@ -462,6 +470,7 @@ mod tests {
                 let partial = asynchronous(&shapes, costs, &tail, AsyncConfig { partial: true, ..config }, &mut StdRng::seed_from_u64(7));
                 // The same episodes at the same times, trained and dropped alike: only who wrote which turn differs.
                 assert_eq!((partial.time, partial.trained, partial.dropped, partial.mean_staleness), (whole.time, whole.trained, whole.dropped, whole.mean_staleness));
+                assert_eq!(partial.trained_tokens, whole.trained_tokens);
                 assert!(partial.mean_token_lag <= whole.mean_token_lag, "{partial:?} vs {whole:?}");
                 if staleness == 0 {
                     // Synchronous: no update lands while an episode of the batch is in flight.
@@ -471,6 +480,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn trained_tokens_are_the_tokens_of_the_trained_episodes() {
+        let shapes = vec![vec![turn(5, true), turn(3, false)]; 4]; // 8 tokens an episode
+        let costs = Costs { per_token: 1.0, light_call: 0.1, update: 20.0 };
+        let config = AsyncConfig { workers: 3, staleness: 1, batch: 4, updates: 5, partial: false };
+        let report = asynchronous(&shapes, costs, &Latency::Recorded(vec![2.0]), config, &mut StdRng::seed_from_u64(0));
+        assert_eq!(report.trained_tokens, 8 * report.trained);
+        assert!((report.token_throughput() - 8.0 * report.throughput()).abs() < 1e-9);
     }
 
     #[test]
