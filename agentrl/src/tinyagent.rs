@@ -152,7 +152,8 @@ fn append(past: &mut Option<(Tensor, Tensor)>, k: Tensor, v: Tensor, filled: i64
 /// Keys and values of every layer for the positions seen so far (in buffers
 /// that may have room for more), and which of those positions are real
 /// tokens (not padding), kept on the host: the positions and masks of the
-/// next tokens are worked out from it without reading a tensor back.
+/// next tokens are worked out from it by counting, not by tensor operations
+/// over every position.
 #[derive(Debug, Default)]
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
