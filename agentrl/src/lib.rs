@@ -38,7 +38,8 @@
 //! | [`service`] | 13 | the gym as a service: the OpenEnv protocol over WebSocket and HTTP, sessions, limits, a load test |
 //! | [`packing`] | 14 | several trajectories to a row (first-fit decreasing, a block-diagonal causal mask, restarted positions), the packed forward pass, token slots, micro-batch weights for gradient accumulation |
 //! | [`curriculum`] | 14 | pass rates estimated from the policy's own episodes, the chance that a group carries signal, skipping tasks before sampling, a frontier curriculum |
-//! | [`preference`] | 15 | DPO: summed action log-probs, the sigmoid loss with label smoothing against a frozen reference, implicit rewards, their accuracy and margin, success/failure pairs of one task |
+//! | [`finetune`] | 15 | supervised fine-tuning on the oracle's transcripts, rejection-sampling fine-tuning as an algorithm of the loop, the weights that make every method a weighted log-likelihood |
+//! | [`preference`] | 15 | DPO: summed action log-probs, the sigmoid loss with label smoothing against a frozen reference, implicit rewards, their accuracy and margin, success/failure pairs of one task, a DPO training run |
 
 pub mod advantage;
 pub mod agent;
@@ -50,6 +51,7 @@ pub mod diagrams;
 pub mod episode;
 pub mod exchange;
 pub mod grpo;
+pub mod finetune;
 pub mod gym;
 pub mod horizon;
 pub mod mdp;

@@ -554,28 +554,44 @@ pub fn train_from_base(gym: &crate::gym::Gym, runs: Vec<Run>, threads: usize, ro
 /// [`train_from_base`], starting every run from the model stored in `start`
 /// (by [`crate::pretrain::save_model`]) instead of the base model.
 pub fn train_from(start: &Path, gym: &crate::gym::Gym, runs: Vec<Run>, threads: usize, root: &Path) -> Vec<Vec<TrainRecord>> {
+    train_from_each(gym, runs.into_iter().map(|run| (start.to_path_buf(), run)).collect(), threads, root)
+}
+
+/// [`train_from`] with a starting model of its own for each run (Chapter 15
+/// starts RL from models fine-tuned in different ways).
+pub fn train_from_each(gym: &crate::gym::Gym, runs: Vec<(PathBuf, Run)>, threads: usize, root: &Path) -> Vec<Vec<TrainRecord>> {
     let cache = std::env::var_os("AGENTRL_RUN_CACHE").filter(|v| !v.is_empty()).map(PathBuf::from);
-    let count = runs.len();
-    let queue = std::sync::Mutex::new(runs.into_iter().enumerate().rev().collect::<Vec<_>>()); // popped in order
-    let results = std::sync::Mutex::new(Vec::new());
+    side_by_side(runs, threads, |(start, (schedule, mut algorithm))| {
+        let dir: PathBuf = root.join(schedule.name.replace([' ', '.'], "_"));
+        let outcome = reuse_or(cache.as_deref(), &dir, &schedule, algorithm.config_json(), || {
+            let (bpe, mut model) = crate::pretrain::load_model(&start)?;
+            train(&mut model, &bpe, (&gym.train, &gym.held_out), &schedule, algorithm.as_mut(), &dir)
+        });
+        outcome.unwrap_or_else(|err| panic!("run {}: {err}", schedule.name))
+    })
+}
+
+/// `job` applied to every item, `threads` items at a time on threads of
+/// their own; the results in the items' order. With libtorch on one thread
+/// per job and a seed per item, the results do not depend on `threads`.
+pub fn side_by_side<I: Send, O: Send>(items: Vec<I>, threads: usize, job: impl Fn(I) -> O + Sync) -> Vec<O> {
+    let count = items.len();
+    let queue = std::sync::Mutex::new(items.into_iter().enumerate().rev().collect::<Vec<_>>()); // popped in order
+    let results = std::sync::Mutex::new(Vec::with_capacity(count));
     std::thread::scope(|scope| {
         for _ in 0..threads.max(1) {
             scope.spawn(|| loop {
                 let next = queue.lock().expect("the queue").pop();
-                let Some((i, (schedule, mut algorithm))) = next else { break };
-                let dir: PathBuf = root.join(schedule.name.replace([' ', '.'], "_"));
-                let outcome = reuse_or(cache.as_deref(), &dir, &schedule, algorithm.config_json(), || {
-                    let (bpe, mut model) = crate::pretrain::load_model(start)?;
-                    train(&mut model, &bpe, (&gym.train, &gym.held_out), &schedule, algorithm.as_mut(), &dir)
-                });
-                results.lock().expect("the results").push((i, outcome.unwrap_or_else(|err| panic!("run {}: {err}", schedule.name))));
+                let Some((i, item)) = next else { break };
+                let out = job(item);
+                results.lock().expect("the results").push((i, out));
             });
         }
     });
     let mut results = results.into_inner().expect("the results");
-    assert_eq!(results.len(), count, "a run did not finish");
+    assert_eq!(results.len(), count, "a job did not finish");
     results.sort_by_key(|(i, _)| *i);
-    results.into_iter().map(|(_, records)| records).collect()
+    results.into_iter().map(|(_, out)| out).collect()
 }
 
 /// The held-out success of every run at `iteration`.

@@ -422,12 +422,13 @@ fn execute_notebooks(tally: &mut Tally, chapters: &[Chapter]) {
 }
 
 /// Only the notebook check of the test command (setup included): every
-/// notebook executed in Jupyter under the second setting, compared with its chapter.
-pub fn test_notebooks() -> Result<()> {
+/// notebook (or those of `queries`) executed in Jupyter under the second
+/// setting, compared with its chapter.
+pub fn test_notebooks(queries: &[String]) -> Result<()> {
     let start = Instant::now();
     setup::all(false)?;
     let mut tally = Tally::default();
-    let chapters = chapter::all()?;
+    let chapters = if queries.is_empty() { chapter::all()? } else { queries.iter().map(|q| chapter::find(q)).collect::<Result<_>>()? };
     tally.check("notebooks up to date", notebook_problems(&chapters));
     execute_notebooks(&mut tally, &chapters);
     eprintln!("  time: total: {}", secs(start));

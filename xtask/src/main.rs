@@ -44,6 +44,9 @@ enum Cmd {
         /// Only execute the notebooks in Jupyter and compare them with the chapters.
         #[arg(long, conflicts_with = "no_jupyter")]
         only_jupyter: bool,
+        /// With --only-jupyter: only these chapters' notebooks (number or name).
+        #[arg(short, long = "chapter", requires = "only_jupyter")]
+        chapters: Vec<String>,
     },
     /// Run one chapter and print each cell's output and the run time.
     Run { chapter: String },
@@ -76,7 +79,7 @@ fn main() {
     let result = match cli.command {
         Cmd::Setup { browser } => setup::all(browser),
         Cmd::Book { serve } => checks::book(serve),
-        Cmd::Test { only_jupyter: true, .. } => checks::test_notebooks(),
+        Cmd::Test { only_jupyter: true, chapters, .. } => checks::test_notebooks(&chapters),
         Cmd::Test { no_jupyter, .. } => checks::test(!no_jupyter),
         Cmd::Run { chapter } => checks::run_one(&chapter),
         Cmd::Refresh { chapter } => checks::refresh(chapter.as_deref()),
