@@ -91,6 +91,14 @@ pub fn dpo_weights(beta: f64, h: f64) -> (f64, f64) {
 }
 // ANCHOR_END: weights
 
+/// The held-out evaluation that the chapters from 15 on compare methods
+/// with: the shares of solved and of hacked episodes among 4 on each of
+/// `held_out`, from the stream "final evaluation" of `seed`, so that every
+/// method trained with a seed is judged on the same draws.
+pub fn held_out_rates(model: &TinyAgent, bpe: &Bpe, held_out: &[Task], seed: u64) -> (f64, f64) {
+    crate::reward::outcome_rates(model, bpe, held_out, 4, &mut crate::stats::Streams::new(seed).stream("final evaluation", 0))
+}
+
 /// Store in `dir` a model whose weights are the file `weights` (a run's
 /// `final.safetensors`), with `bpe`, so that [`crate::pg::train_from`] can start from it.
 pub fn save_start(dir: &Path, bpe: &Bpe, weights: &Path) -> Result<(), String> {
@@ -136,7 +144,7 @@ mod tests {
         // The loss of a minibatch is the token mean of −log π over its action tokens.
         let logp = Tensor::from_slice(&[-1.0, -2.0, -3.0, -4.0]).view([1, 4]);
         let mask = Tensor::from_slice(&[0.0, 1.0, 1.0, 0.0]).view([1, 4]);
-        let forward = Forward { logp: logp.shallow_clone(), entropy: logp.zeros_like(), hidden: logp.zeros_like() };
+        let forward = Forward { logp: logp.shallow_clone(), entropy: logp.zeros_like(), hidden: logp.zeros_like(), log_probs: logp.zeros_like() };
         let batch = Batch { ids: mask.zeros_like(), valid: mask.ones_like(), mask: mask.shallow_clone(), logprobs: mask.zeros_like(), rewards: Tensor::from_slice(&[1.0]) };
         let loss = Rft.loss(&forward, &batch, &mask, &[0], &mut report);
         assert_eq!(loss.double_value(&[]), 2.5);

@@ -38,8 +38,9 @@
 //! | [`service`] | 13 | the gym as a service: the OpenEnv protocol over WebSocket and HTTP, sessions, limits, a load test |
 //! | [`packing`] | 14 | several trajectories to a row (first-fit decreasing, a block-diagonal causal mask, restarted positions), the packed forward pass, token slots, micro-batch weights for gradient accumulation |
 //! | [`curriculum`] | 14 | pass rates estimated from the policy's own episodes, the chance that a group carries signal, skipping tasks before sampling, a frontier curriculum |
-//! | [`finetune`] | 15 | supervised fine-tuning on the oracle's transcripts, rejection-sampling fine-tuning as an algorithm of the loop, the weights that make every method a weighted log-likelihood |
+//! | [`finetune`] | 15 | supervised fine-tuning on the oracle's transcripts, rejection-sampling fine-tuning as an algorithm of the loop, the weights that make every method a weighted log-likelihood, the held-out evaluation that methods are compared with |
 //! | [`preference`] | 15 | DPO: summed action log-probs, the sigmoid loss with label smoothing against a frozen reference, implicit rewards, their accuracy and margin, success/failure pairs of one task, a DPO training run |
+//! | [`distill`] | 16 | a deeper teacher grown from the base model, off-policy distillation as SFT on a teacher's episodes, on-policy distillation (the per-token reverse KL to the teacher on the student's own tokens) as an algorithm of the loop |
 
 pub mod advantage;
 pub mod agent;
@@ -48,6 +49,7 @@ pub mod book;
 pub mod clamp;
 pub mod curriculum;
 pub mod diagrams;
+pub mod distill;
 pub mod episode;
 pub mod exchange;
 pub mod grpo;

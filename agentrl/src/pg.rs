@@ -155,11 +155,14 @@ pub fn per_token(values: &[f64], mask: &Tensor) -> Tensor {
 pub type Report = BTreeMap<String, f64>;
 
 /// One forward pass over a minibatch: log π_θ and the entropy of π_θ at the
-/// action tokens ([B, T], 0 elsewhere) and the final hidden states [B, T, D].
+/// action tokens ([B, T], 0 elsewhere), the final hidden states [B, T, D],
+/// and log π_θ(· | x_<t) over the whole vocabulary at the N action tokens,
+/// [N, V], in row-major order of the mask (Chapter 16 compares it with a teacher's).
 pub struct Forward {
     pub logp: Tensor,
     pub entropy: Tensor,
     pub hidden: Tensor,
+    pub log_probs: Tensor,
 }
 
 /// The parts of the training loop that an algorithm chooses. The loop plays
@@ -253,7 +256,7 @@ pub fn at_actions(model: &TinyAgent, hidden: Tensor, ids: &Tensor, mask: &Tensor
     let entropy = -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, REAL); // [N]
     let zeros = Tensor::zeros([b, t], (REAL, logp.device()));
     let place = |values: &Tensor| zeros.index_put(&[Some(&rows), Some(&token)], values, false); // [B, T]
-    Forward { logp: place(&logp), entropy: place(&entropy), hidden }
+    Forward { logp: place(&logp), entropy: place(&entropy), hidden, log_probs }
 }
 // ANCHOR_END: forward
 
@@ -380,10 +383,13 @@ pub struct TrainRecord {
     /// Mean entropy (nats) of the policy at the action tokens it sampled.
     pub entropy: Option<f64>,
     /// Tokens sampled by the policy; action tokens trained on (over all
-    /// epochs); all tokens of the trained sequences (one epoch).
+    /// epochs); all tokens of the trained sequences (one epoch); all tokens
+    /// of the episodes played, trained on or not.
     pub generated_tokens: Option<usize>,
     pub trained_tokens: Option<usize>,
     pub sequence_tokens: Option<usize>,
+    #[serde(default)]
+    pub played_tokens: Option<usize>,
     pub time: Option<StepTime>,
     /// What the algorithm reported (last minibatch for per-step numbers).
     pub extra: Report,
@@ -514,6 +520,7 @@ pub fn train(
                 record.generated_tokens = Some(played.iter().map(|p| p.segments.iter().map(|s| s.logprobs.len()).sum::<usize>()).sum());
                 record.trained_tokens = Some(trained_tokens);
                 record.sequence_tokens = Some(chosen.iter().map(|&i| trajectories[i].ids.len()).sum());
+                record.played_tokens = Some(trajectories.iter().map(|t| t.ids.len()).sum());
                 record.time = Some(StepTime { generation, environment, learning: learning.elapsed().as_secs_f64() });
                 if schedule.checkpoint_every > 0 && (iteration + 1) % schedule.checkpoint_every == 0 {
                     model.save(&run_dir.join(format!("iteration-{:04}.safetensors", iteration + 1)))?;
@@ -701,7 +708,7 @@ mod tests {
         use crate::episode::Owner;
         let trajectory = Trajectory { task: 0, ids: vec![3, 5, 7, 2, 9, 4], owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy], logprobs: vec![0.0; 6], reward: 1.0, info: Default::default() };
         let batch = collate(&[trajectory], tch::Device::Cpu);
-        let Forward { logp, entropy, hidden } = forward(&model, &batch);
+        let Forward { logp, entropy, hidden, .. } = forward(&model, &batch);
         let expected = crate::trajectory::policy_logprobs(&model, &batch) * &batch.mask;
         assert!((logp - expected).abs().max().double_value(&[]) < 1e-6);
         let logits = model.logits(&batch.ids, &batch.valid); // [1, 6, V]

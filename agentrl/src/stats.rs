@@ -48,6 +48,12 @@ pub fn mean_interval(values: &[f64]) -> (f64, f64) {
     (mean, t * se)
 }
 
+/// [`mean_interval`] as text for a table: "mean ± half-width", 3 decimals.
+pub fn plus_minus(values: &[f64]) -> String {
+    let (mean, half) = mean_interval(values);
+    format!("{mean:.3} ± {half:.3}")
+}
+
 /// `b − a` seed by seed (runs that share their seeds), with [`mean_interval`]
 /// of the differences.
 pub fn paired_difference(a: &[f64], b: &[f64]) -> (f64, f64) {

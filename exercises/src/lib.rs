@@ -74,5 +74,6 @@ pub mod ch12;
 pub mod ch13;
 pub mod ch14;
 pub mod ch15;
+pub mod ch16;
 #[cfg(test)]
 mod testkit;
