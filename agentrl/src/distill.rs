@@ -106,16 +106,7 @@ mod tests {
         TinyAgent::new(Config { vocab: 16, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 }, tch::Device::Cpu)
     }
 
-    fn episode(actions: [u32; 3]) -> Trajectory {
-        Trajectory {
-            task: 0,
-            ids: vec![1, 2, actions[0], actions[1], 3, actions[2]],
-            owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy],
-            logprobs: vec![0.0; 6],
-            reward: 0.0,
-            info: Default::default(),
-        }
-    }
+    use crate::trajectory::toy as episode;
 
     #[test]
     fn a_grown_model_computes_exactly_what_it_grew_from() {

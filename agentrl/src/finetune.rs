@@ -168,14 +168,7 @@ mod tests {
         let config = Config { vocab: 16, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 };
         let policy = { let _turn = crate::book::seeded(1); TinyAgent::new(config, tch::Device::Cpu) };
         let reference = { let _turn = crate::book::seeded(2); TinyAgent::new(config, tch::Device::Cpu) };
-        let episode = |action: [u32; 3]| Trajectory {
-            task: 0,
-            ids: vec![1, 2, action[0], action[1], 3, action[2]],
-            owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy],
-            logprobs: vec![0.0; 6],
-            reward: 0.0,
-            info: Default::default(),
-        };
+        let episode = crate::trajectory::toy;
         // Two pairs: chosen rows 0 and 1, rejected rows 2 and 3.
         let batch = collate(&[episode([4, 5, 6]), episode([7, 8, 9]), episode([10, 11, 12]), episode([13, 14, 15])], tch::Device::Cpu);
         let beta = 0.5;

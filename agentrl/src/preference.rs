@@ -218,22 +218,13 @@ mod tests {
 
     #[test]
     fn dpo_starts_at_ln_2_and_learns_to_prefer_the_chosen_episode() {
-        use crate::episode::Owner;
         use crate::pg::copy_model;
         use crate::tinyagent::Config;
         let model_of = || {
             let _turn = crate::book::seeded(0);
             TinyAgent::new(Config { vocab: 16, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 }, tch::Device::Cpu)
         };
-        let episode = |action: [u32; 2]| Trajectory {
-            task: 0,
-            ids: vec![1, 2, action[0], action[1], 3],
-            owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env],
-            logprobs: vec![0.0; 5],
-            reward: 0.0,
-            info: Default::default(),
-        };
-        let pairs = vec![(episode([4, 5]), episode([6, 7]))];
+        let pairs = vec![(crate::trajectory::toy([4, 5, 6]), crate::trajectory::toy([7, 8, 9]))];
         let reference = model_of();
         let mut model = copy_model(&reference, None);
         let config = DpoConfig { dpo: Dpo { beta: 0.5, label_smoothing: 0.0 }, steps: 20, pairs: 4, lr: 1e-2 };

@@ -214,6 +214,20 @@ pub fn token_strip_svg(path: &Path, trajectory: &Trajectory, title: &str) -> Res
     area.present().map_err(|e| fail(&e))
 }
 
+/// A small episode for unit tests: two prompt tokens (1, 2), two action
+/// tokens, a tool token (3) and one more action token.
+#[cfg(test)]
+pub(crate) fn toy(actions: [u32; 3]) -> Trajectory {
+    Trajectory {
+        task: 0,
+        ids: vec![1, 2, actions[0], actions[1], 3, actions[2]],
+        owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy],
+        logprobs: vec![0.0; 6],
+        reward: 0.0,
+        info: Default::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
