@@ -268,7 +268,7 @@ mod tests {
         let forward = forward_packed(&model, &packed);
         for (a, b) in [(&forward.logp, &padded.logp), (&forward.entropy, &padded.entropy)] {
             let gap = (unpack(a, &packed.places) - b).abs().max().double_value(&[]);
-            assert!(gap < 1e-9, "packed and padded differ by {gap}");
+            assert!(gap < 1e-6, "packed and padded differ by {gap}");
         }
         // Without the block-diagonal mask, a sequence would read the one before it.
         let leaky = Packed { allowed: Tensor::ones_like(&packed.allowed).tril(0), ..collate_packed(&trs, &pack(&lengths, 64).unwrap(), Device::Cpu) };
