@@ -341,10 +341,13 @@ pub fn refresh(query: Option<&str>) -> Result<()> {
         Some(q) => vec![chapter::find(q)?],
         None => chapter::all()?,
     };
+    let chapters = in_stage_order(chapters);
     runner::build(&chapters)?;
-    for chapter in &chapters {
+    // Two at a time, in the test's stages (Chapter 4 stores the base model first).
+    let runs = in_stages(&chapters, |_, chapter| runner::execute(chapter, &scratch_figures(chapter, "runner"), &[]));
+    for (chapter, run) in chapters.iter().zip(runs) {
         let figures = scratch_figures(chapter, "runner");
-        let run = runner::execute(chapter, &figures, &[])?;
+        let run = run?;
         let pins = [pinned_problems(chapter, &run.outputs), goal_problems(chapter, &run.outputs)].concat();
         if !pins.is_empty() {
             return Err(format!("refusing to refresh: {}", pins.join("; ")));
@@ -458,7 +461,9 @@ pub fn test(jupyter: bool) -> Result<()> {
     // xtask's first, while its dependencies are as `cargo xtask` just built them.
     step("library tests (cargo test -p xtask; cargo test -p agentrl)");
     tally.result("xtask tests", run(Command::new("cargo").args(["test", "-p", "xtask"]).current_dir(root())));
-    tally.result("library tests", run(Command::new("cargo").args(["test", "-p", "agentrl"]).current_dir(root())));
+    // The test harness runs tests on both cores and libtorch gives each two
+    // threads; idle OpenMP threads must sleep rather than spin (see book_env).
+    tally.result("library tests", run(Command::new("cargo").args(["test", "-p", "agentrl"]).env("OMP_WAIT_POLICY", "PASSIVE").current_dir(root())));
     times.insert("library tests", secs(t));
 
     let t = Instant::now();

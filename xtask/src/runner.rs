@@ -116,8 +116,9 @@ pub struct Run {
     pub cell_seconds: Vec<f64>,
 }
 
-/// Run a built chapter, with figures going to `figures_dir`; `overrides`
-/// replace variables of the book environment, an empty value removing one
+/// Run a built chapter, with figures going to `figures_dir`, in the book
+/// environment (with `setup::STORED_MODELS` for the chapters that train the
+/// stored models); `overrides` replace variables of that environment, an empty value removing one
 /// (for the second setting and the `setting` command).
 pub fn execute(chapter: &Chapter, figures_dir: &Path, overrides: &[(&str, &str)]) -> Result<Run> {
     let exe = root().join("target/debug").join(bin_name(chapter));
@@ -128,7 +129,11 @@ pub fn execute(chapter: &Chapter, figures_dir: &Path, overrides: &[(&str, &str)]
     for (key, _) in overrides.iter().filter(|(_, value)| value.is_empty()) {
         command.env_remove(key);
     }
-    let out = util::capture(command.envs(setup::with_overrides(setup::book_env(), overrides))
+    let mut env = setup::book_env();
+    if setup::trains_stored_models(&chapter.name) {
+        env = setup::with_overrides(env, setup::STORED_MODELS);
+    }
+    let out = util::capture(command.envs(setup::with_overrides(env, overrides))
         .env("AGENTRL_FIGURES", figures_dir).current_dir(root()))?;
     let elapsed = start.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();

@@ -181,7 +181,32 @@ pub fn book_env() -> Vec<(String, String)> {
         ("OMP_NUM_THREADS".into(), "1".into()),
         ("MKL_NUM_THREADS".into(), "1".into()),
         ("AGENTRL_THREADS".into(), "1".into()),
+        // An idle OpenMP thread sleeps instead of spinning: two processes of
+        // two threads each on two cores (the test's notebooks) otherwise take
+        // about 1.5 times as long. It changes no number.
+        ("OMP_WAIT_POLICY".into(), "PASSIVE".into()),
     ]
+}
+
+/// What the runs that train the stored models get on top of `book_env`: the
+/// chapters before Chapter 5 (Chapter 4 pretrains the base model and the
+/// weight-0 model, which every later chapter and notebook loads) and the
+/// reader's Jupyter kernel. MKL honours `MKL_CBWR=AVX2` on Intel processors
+/// only; on any other it falls back to its own choice of code path (its
+/// verbose log then reads `CNR:AUTO`), so the sums of a matrix product are
+/// ordered differently on an AMD processor. `COMPATIBLE`, the SSE2 branch, is
+/// the one branch it runs on every x86-64 processor, at about half the speed
+/// of the AVX2 one. Six hundred steps of pretraining turn a different order
+/// into weights about 1e-9 apart, which later flip sampled tokens; a training
+/// run that starts from the stored models does not amplify the order of its
+/// own sums that far (Chapter 0 shows the evidence), so the later chapters
+/// keep the faster branch.
+pub const STORED_MODELS: &[(&str, &str)] = &[("MKL_CBWR", "COMPATIBLE")];
+
+/// Whether `chapter` (a chapter file's name) trains the stored models and so
+/// runs under [`STORED_MODELS`].
+pub fn trains_stored_models(chapter: &str) -> bool {
+    chapter < "05"
 }
 
 /// The second setting: what decides how the sums of a matrix product are
@@ -216,10 +241,11 @@ pub fn second_env() -> Vec<(String, String)> {
 }
 
 /// The Jupyter kernel "Rust (agentrl)": evcxr with the libtorch paths and the
-/// book's pinned setting in its environment; and the same kernel under the
+/// book's pinned setting in its environment (with [`STORED_MODELS`]: a reader's
+/// notebook may be the one that pretrains the stored models); and the same kernel under the
 /// second setting, which the test command executes the notebooks with.
 fn kernelspec() -> Result<()> {
-    for (name, display, vars) in [(KERNEL, "Rust (agentrl)", book_env()), (CHECK_KERNEL, "Rust (agentrl, second setting)", second_env())] {
+    for (name, display, vars) in [(KERNEL, "Rust (agentrl)", with_overrides(book_env(), STORED_MODELS)), (CHECK_KERNEL, "Rust (agentrl, second setting)", second_env())] {
         let mut env: serde_json::Map<String, serde_json::Value> = vars.into_iter().map(|(k, v)| (k, v.into())).collect();
         // The kernel gets libtorch alone on its library path, not this shell's.
         env.insert("LD_LIBRARY_PATH".into(), libtorch().join("lib").display().to_string().into());
