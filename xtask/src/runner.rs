@@ -117,8 +117,8 @@ pub struct Run {
 }
 
 /// Run a built chapter, with figures going to `figures_dir`, in the book
-/// environment (with `setup::STORED_MODELS` for the chapters that train the
-/// stored models); `overrides` replace variables of that environment, an empty value removing one
+/// environment (with `setup::FRESH_WEIGHTS` for the chapters that train
+/// weights from a fresh initialization); `overrides` replace variables of that environment, an empty value removing one
 /// (for the second setting and the `setting` command).
 pub fn execute(chapter: &Chapter, figures_dir: &Path, overrides: &[(&str, &str)]) -> Result<Run> {
     let exe = root().join("target/debug").join(bin_name(chapter));
@@ -130,8 +130,8 @@ pub fn execute(chapter: &Chapter, figures_dir: &Path, overrides: &[(&str, &str)]
         command.env_remove(key);
     }
     let mut env = setup::book_env();
-    if setup::trains_stored_models(&chapter.name) {
-        env = setup::with_overrides(env, setup::STORED_MODELS);
+    if setup::trains_fresh_weights(&chapter.name) {
+        env = setup::with_overrides(env, setup::FRESH_WEIGHTS);
     }
     let out = util::capture(command.envs(setup::with_overrides(env, overrides))
         .env("AGENTRL_FIGURES", figures_dir).current_dir(root()))?;

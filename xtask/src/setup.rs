@@ -188,25 +188,28 @@ pub fn book_env() -> Vec<(String, String)> {
     ]
 }
 
-/// What the runs that train the stored models get on top of `book_env`: the
-/// chapters before Chapter 5 (Chapter 4 pretrains the base model and the
-/// weight-0 model, which every later chapter and notebook loads) and the
-/// reader's Jupyter kernel. MKL honours `MKL_CBWR=AVX2` on Intel processors
-/// only; on any other it falls back to its own choice of code path (its
-/// verbose log then reads `CNR:AUTO`), so the sums of a matrix product are
+/// What the runs that train weights from a fresh initialization get on top of
+/// `book_env`: the chapters before Chapter 5 (Chapter 4 pretrains the base
+/// model and the weight-0 model, which every later chapter and notebook
+/// loads), Chapter 16 (its teacher grows two new blocks and trains them), and
+/// the reader's Jupyter kernel. MKL honours `MKL_CBWR=AVX2` on Intel
+/// processors only; on any other it falls back to its own choice of code path
+/// (its verbose log then reads `CNR:AUTO`), so the sums of a matrix product are
 /// ordered differently on an AMD processor. `COMPATIBLE`, the SSE2 branch, is
 /// the one branch it runs on every x86-64 processor, at about half the speed
-/// of the AVX2 one. Six hundred steps of pretraining turn a different order
-/// into weights about 1e-9 apart, which later flip sampled tokens; a training
-/// run that starts from the stored models does not amplify the order of its
-/// own sums that far (Chapter 0 shows the evidence), so the later chapters
-/// keep the faster branch.
-pub const STORED_MODELS: &[(&str, &str)] = &[("MKL_CBWR", "COMPATIBLE")];
+/// of the AVX2 one. Training fresh weights turns a different order into
+/// weights that later flip sampled tokens: pretraining leaves them about 1e-9
+/// apart, and Chapter 16's on-policy students of the grown teacher printed
+/// other numbers on another processor under MKL's own path. A training run
+/// that starts from stored weights does not amplify the order of its own sums
+/// that far (Chapter 0 shows the evidence), so the other chapters keep the
+/// faster branch.
+pub const FRESH_WEIGHTS: &[(&str, &str)] = &[("MKL_CBWR", "COMPATIBLE")];
 
-/// Whether `chapter` (a chapter file's name) trains the stored models and so
-/// runs under [`STORED_MODELS`].
-pub fn trains_stored_models(chapter: &str) -> bool {
-    chapter < "05"
+/// Whether `chapter` (a chapter file's name) trains weights from a fresh
+/// initialization and so runs under [`FRESH_WEIGHTS`].
+pub fn trains_fresh_weights(chapter: &str) -> bool {
+    chapter < "05" || chapter.starts_with("16-")
 }
 
 /// The second setting: what decides how the sums of a matrix product are
@@ -241,11 +244,11 @@ pub fn second_env() -> Vec<(String, String)> {
 }
 
 /// The Jupyter kernel "Rust (agentrl)": evcxr with the libtorch paths and the
-/// book's pinned setting in its environment (with [`STORED_MODELS`]: a reader's
+/// book's pinned setting in its environment (with [`FRESH_WEIGHTS`]: a reader's
 /// notebook may be the one that pretrains the stored models); and the same kernel under the
 /// second setting, which the test command executes the notebooks with.
 fn kernelspec() -> Result<()> {
-    for (name, display, vars) in [(KERNEL, "Rust (agentrl)", with_overrides(book_env(), STORED_MODELS)), (CHECK_KERNEL, "Rust (agentrl, second setting)", second_env())] {
+    for (name, display, vars) in [(KERNEL, "Rust (agentrl)", with_overrides(book_env(), FRESH_WEIGHTS)), (CHECK_KERNEL, "Rust (agentrl, second setting)", second_env())] {
         let mut env: serde_json::Map<String, serde_json::Value> = vars.into_iter().map(|(k, v)| (k, v.into())).collect();
         // The kernel gets libtorch alone on its library path, not this shell's.
         env.insert("LD_LIBRARY_PATH".into(), libtorch().join("lib").display().to_string().into());
@@ -317,5 +320,17 @@ mod tests {
         let env = vec![("A".to_string(), "1".to_string()), ("B".to_string(), "2".to_string())];
         let got = super::with_overrides(env, &[("A", ""), ("B", "3"), ("C", "4")]);
         assert_eq!(got, vec![("B".to_string(), "3".to_string()), ("C".to_string(), "4".to_string())]);
+    }
+
+    #[test]
+    fn the_chapters_that_train_fresh_weights_are_the_first_five_and_chapter_16() {
+        let names: Vec<String> = std::fs::read_dir(crate::util::root().join("chapters"))
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.as_bytes()[0].is_ascii_digit())
+            .collect();
+        let mut fresh: Vec<&str> = names.iter().filter(|n| super::trains_fresh_weights(n)).map(|n| &n[..2]).collect();
+        fresh.sort();
+        assert_eq!(fresh, ["00", "01", "02", "03", "04", "16"]);
     }
 }
