@@ -1024,6 +1024,38 @@ mod tests {
         assert_eq!(env.sources_seen(0), 2);
     }
 
+    /// What the time limit leaves to the operation limit: every source an
+    /// episode can reach (any edits, up to the turn budget) either finishes
+    /// each test call within a thousand operations or never finishes (another
+    /// family's fix can turn a loop's exit condition around), and then the
+    /// operation limit stops it, at the same operation on every machine.
+    #[test]
+    fn reachable_sources_finish_quickly_or_loop_until_the_operation_limit() {
+        use crate::runner::RunLimits;
+        let short = Guarded::new(RunLimits { max_operations: 1_000, ..RunLimits::default() });
+        let untimed = Guarded::new(RunLimits { cpu_time_ms: 3_600_000, ..RunLimits::default() });
+        let (mut sources, mut endless) = (0, 0);
+        for spec in all_tasks() {
+            let mut seen: HashSet<String> = HashSet::from([spec.source.clone()]);
+            let mut frontier = vec![spec.source.clone()];
+            for _ in 0..MAX_TURNS {
+                frontier = frontier.iter().flat_map(|s| spec.menu.iter().filter_map(|e| e.apply(s))).filter(|s| seen.insert(s.clone())).collect();
+            }
+            for source in &seen {
+                let tests: Vec<Test> = spec.public_tests.iter().chain(&spec.hidden_tests).cloned().collect();
+                for (test, line) in tests.iter().zip(short.run(source, &tests)) {
+                    if line.text.contains("Too many operations") {
+                        let full = untimed.run(source, std::slice::from_ref(test));
+                        assert!(full[0].text.contains("Too many operations"), "{}: {} ends after more than 1,000 operations: {:?}\n{source}", spec.id, test.call, full[0].text);
+                        endless += 1;
+                    }
+                }
+            }
+            sources += seen.len();
+        }
+        assert!(sources > 3 * all_tasks().count() && endless > 0, "{sources} sources, {endless} endless calls");
+    }
+
     /// Every message any policy could send, on every task, from every source
     /// reachable in two edits: no observation contains a hidden test's call.
     #[test]

@@ -16,7 +16,7 @@
 //! | [`bandit`] | 2 | the k-armed bandit: xi-greedy, UCB, gradient bandit |
 //! | [`pomdp`] | 2 | the hidden-family POMDP: beliefs and the value of `test` |
 //! | [`stats`] | 2 | Monte Carlo error: standard errors, Student-t intervals over seeds, paired differences, Wilson intervals for rates, a paired bootstrap over tasks, bands for curves; named random streams |
-//! | [`runner`] | 3 | the sandboxed test runners: wall clock, output limits, compile cache, child processes under OS limits |
+//! | [`runner`] | 3 | the sandboxed test runners: time limit, output limits, compile cache, child processes under OS limits |
 //! | [`gym`] | 3 | the BugFix gym: tasks as data, eight bug families, generation, the split, the environment |
 //! | [`policies`] | 3 | scripted policies (oracle, hacker, random) and the episode loop |
 //! | [`tokenizer`] | 4 | a byte-level BPE for the gym's text, special tokens, the chat format |

@@ -6,7 +6,7 @@
 //! is cut off after a fixed number of operations, call depth and string/array
 //! size. [`run_tests`] turns a source file and a list of test cases into one
 //! `PASS`/`FAIL` line per case; nothing a source does can crash or hang it.
-//! Chapter 3 extends this runner with a wall clock, output limits and process
+//! Chapter 3 extends this runner with a time limit, output limits and process
 //! isolation.
 
 use rhai::{Array, Dynamic, Engine, EvalAltResult, ImmutableString, NativeCallContext, Scope, AST, INT};

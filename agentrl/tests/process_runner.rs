@@ -34,7 +34,7 @@ fn the_child_gives_the_same_lines_as_the_in_process_runner() {
 fn the_parent_kills_a_child_that_outstays_the_wall_clock() {
     // In-process limits off: only the operating system and the parent stop the loop.
     let mut runner = runner();
-    runner.limits = RunLimits { max_operations: 0, wall_clock_ms: 60_000, ..RunLimits::default() };
+    runner.limits = RunLimits { max_operations: 0, cpu_time_ms: 60_000, ..RunLimits::default() };
     runner.wall_clock = Duration::from_millis(300);
     let lines = runner.run("fn f(x){\n    loop { x += 1; }\n}\n", &one());
     assert_eq!(lines.len(), 1);
@@ -44,7 +44,7 @@ fn the_parent_kills_a_child_that_outstays_the_wall_clock() {
 #[test]
 fn the_kernel_kills_a_child_that_uses_too_much_cpu() {
     let mut runner = runner();
-    runner.limits = RunLimits { max_operations: 0, wall_clock_ms: 60_000, ..RunLimits::default() };
+    runner.limits = RunLimits { max_operations: 0, cpu_time_ms: 60_000, ..RunLimits::default() };
     runner.cpu_seconds = 1;
     runner.wall_clock = Duration::from_secs(20);
     let lines = runner.run("fn f(x){\n    loop { x += 1; }\n}\n", &one());
@@ -54,7 +54,7 @@ fn the_kernel_kills_a_child_that_uses_too_much_cpu() {
 #[test]
 fn the_kernel_stops_a_child_that_maps_too_much_memory() {
     let mut runner = runner();
-    runner.limits = RunLimits { max_operations: 0, max_string_len: 0, wall_clock_ms: 60_000, ..RunLimits::default() };
+    runner.limits = RunLimits { max_operations: 0, max_string_len: 0, cpu_time_ms: 60_000, ..RunLimits::default() };
     runner.memory_bytes = 256 << 20;
     runner.wall_clock = Duration::from_secs(20);
     let lines = runner.run("fn f(x){\n    let s = \"ab\";\n    loop { s += s; }\n}\n", &one());

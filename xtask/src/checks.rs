@@ -101,6 +101,39 @@ fn output_differences(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
     problems
 }
 
+/// One line per training run the chapter wrote (`target/agentrl-base/chNN/**/metrics.jsonl`):
+/// its folder, then per iteration the training success and the tokens played,
+/// so that the first run and iteration that differ between two machines can be
+/// read off (`cargo xtask runs NN` prints the same lines).
+pub fn run_fingerprints(chapter: &str) -> Vec<String> {
+    let dir = root().join("target/agentrl-base").join(format!("ch{}", &chapter[..2.min(chapter.len())]));
+    let mut files = Vec::new();
+    let mut stack = vec![dir.clone()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == "metrics.jsonl") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut lines = vec![format!("training runs under {} (per iteration: training success/tokens played):", dir.display())];
+    for file in files {
+        let name = file.parent().and_then(|p| p.strip_prefix(&dir).ok()).map(|p| p.display().to_string()).unwrap_or_default();
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let steps: Vec<String> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|r| Some(format!("{:.3}/{}", r.get("train_success")?.as_f64()?, r.get("played_tokens")?.as_u64()?)))
+            .collect();
+        lines.push(format!("  {name}: {}", steps.join(" ")));
+    }
+    lines
+}
+
 fn pinned_problems(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
     let all = outputs.join("\n");
     PINNED
@@ -225,6 +258,8 @@ fn run_chapters_under(tally: &mut Tally, write_figures: bool, chapters: Vec<Chap
                 let mut problems = output_differences(&chapter, &run.outputs);
                 if !problems.is_empty() {
                     problems.push(format!("(if the change is intended: cargo xtask refresh {})", chapter.name));
+                    // Where the runs went apart: compare with `cargo xtask runs` on the machine that refreshed.
+                    problems.extend(run_fingerprints(&chapter.name));
                 }
                 problems.extend(pinned_problems(&chapter, &run.outputs));
                 problems.extend(goal_problems(&chapter, &run.outputs));

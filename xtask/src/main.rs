@@ -62,6 +62,9 @@ enum Cmd {
         #[arg(long)]
         stored: bool,
     },
+    /// Print, for each training run a chapter wrote, its training success and tokens per iteration
+    /// (the lines a failed output check prints, to compare two machines).
+    Runs { chapter: String },
     /// Run chapters under other CPU settings and check that outputs and figures do not change,
     /// e.g. `cargo xtask setting ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=2 -c 3 -c 9`.
     Setting {
@@ -87,6 +90,11 @@ fn main() {
         Cmd::Html => checks::html(),
         Cmd::Perf { stored } => perf::perf(stored),
         Cmd::Setting { vars, chapters } => checks::setting(&vars, &chapters),
+        Cmd::Runs { chapter } => crate::chapter::find(&chapter).map(|c| {
+            for line in checks::run_fingerprints(&c.name) {
+                println!("{line}");
+            }
+        }),
     };
     if let Err(err) = result {
         eprintln!("\x1b[31merror:\x1b[0m {err}");
