@@ -186,6 +186,8 @@ fn list(dir: &Path) -> Vec<String> {
 struct Tally {
     passed: Vec<String>,
     failed: Vec<(String, String)>,
+    /// Lines printed just before the summary (the training runs of a chapter whose outputs differ).
+    notes: Vec<String>,
 }
 
 impl Tally {
@@ -204,6 +206,9 @@ impl Tally {
     }
 
     fn finish(self) -> Result<()> {
+        for line in &self.notes {
+            eprintln!("{line}");
+        }
         println!("xtask: {} passed, {} failed", self.passed.len(), self.failed.len());
         if self.failed.is_empty() {
             Ok(())
@@ -258,8 +263,9 @@ fn run_chapters_under(tally: &mut Tally, write_figures: bool, chapters: Vec<Chap
                 let mut problems = output_differences(&chapter, &run.outputs);
                 if !problems.is_empty() {
                     problems.push(format!("(if the change is intended: cargo xtask refresh {})", chapter.name));
-                    // Where the runs went apart: compare with `cargo xtask runs` on the machine that refreshed.
-                    problems.extend(run_fingerprints(&chapter.name));
+                    // Where the runs went apart: compare with `cargo xtask runs` on the machine
+                    // that refreshed. Printed again at the very end, where a cut log still shows it.
+                    tally.notes.extend(run_fingerprints(&chapter.name));
                 }
                 problems.extend(pinned_problems(&chapter, &run.outputs));
                 problems.extend(goal_problems(&chapter, &run.outputs));
