@@ -359,7 +359,14 @@ impl TinyAgent {
 
     /// A model of shape `config` with the weights in `path`.
     pub fn load(config: Config, path: &Path, device: Device) -> Result<TinyAgent, String> {
-        let mut model = TinyAgent::new(config, device);
+        // The random initialisation is overwritten, but it draws from libtorch's one
+        // generator: without the turn, a load on one thread would take numbers from
+        // a seeded stretch on another (Chapter 16 grows a teacher while a second
+        // thread loads the base model) and change what that stretch draws.
+        let mut model = {
+            let _turn = crate::book::generator_turn();
+            TinyAgent::new(config, device)
+        };
         model.vs.load(path).map_err(|err| format!("cannot load {}: {err}", path.display()))?;
         Ok(model)
     }
