@@ -717,7 +717,7 @@ mod tests {
         let model = tiny();
         let path = std::env::temp_dir().join(format!("tinyagent-{}.safetensors", std::process::id()));
         model.save(&path).unwrap();
-        let again = { let _turn = crate::book::generator_turn(); TinyAgent::load(model.config, &path, Device::Cpu).unwrap() }; // initialises, then loads
+        let again = TinyAgent::load(model.config, &path, Device::Cpu).unwrap(); // initialises (taking the generator turn), then loads
         std::fs::remove_file(&path).ok();
         let ids = Tensor::from_slice(&[1i64, 2, 3]).view([1, 3]);
         let valid = Tensor::ones([1, 3], (Kind::Bool, Device::Cpu));

@@ -199,8 +199,8 @@ pub fn book_env() -> Vec<(String, String)> {
 /// the one branch it runs on every x86-64 processor, at about half the speed
 /// of the AVX2 one. Training fresh weights turns a different order into
 /// weights that later flip sampled tokens: pretraining leaves them about 1e-9
-/// apart, and Chapter 16's on-policy students of the grown teacher printed
-/// other numbers on another processor under MKL's own path. A training run
+/// apart. Chapter 16's grown teacher trains new blocks from their
+/// initialization too, so it is treated the same way. A training run
 /// that starts from stored weights does not amplify the order of its own sums
 /// that far (Chapter 0 shows the evidence), so the other chapters keep the
 /// faster branch.
