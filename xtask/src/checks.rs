@@ -264,7 +264,7 @@ fn run_chapters_under(tally: &mut Tally, write_figures: bool, chapters: Vec<Chap
                 if !problems.is_empty() {
                     problems.push(format!("(if the change is intended: cargo xtask refresh {})", chapter.name));
                     // Where the runs went apart: compare with `cargo xtask runs` on the machine
-                    // that refreshed. Printed again at the very end, where a cut log still shows it.
+                    // that refreshed. Printed at the very end, where a cut log still shows it.
                     tally.notes.extend(run_fingerprints(&chapter.name));
                 }
                 problems.extend(pinned_problems(&chapter, &run.outputs));
