@@ -7,9 +7,10 @@
 //! still differ between processors stay far below the printed digits. [`seeded`] and
 //! [`generator_turn`] keep threads that share libtorch's one generator (tests
 //! run in parallel) from interleaving their draws. [`figure_path`] says where a
-//! chapter writes its figures.
+//! chapter writes its figures. [`reuse`] lets the test command's notebook stage
+//! read back the training runs that the chapter stage finished.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use tch::Kind;
 
@@ -67,4 +68,47 @@ pub fn figure_path(name: &str) -> PathBuf {
     };
     std::fs::create_dir_all(&dir).unwrap_or_else(|err| panic!("cannot create {}: {err}", dir.display()));
     dir.join(name)
+}
+
+/// FNV-1a, 64 bits: a hash that is the same in every build (std's is not),
+/// for naming stored runs. Continue a hash by passing the last one as `hash`.
+pub fn fnv1a(bytes: &[u8], hash: u64) -> u64 {
+    bytes.iter().fold(hash, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+/// The hash [`fnv1a`] starts from.
+pub const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// The folder that `AGENTRL_RUN_CACHE` names, if it is set: see [`reuse`].
+pub fn run_cache() -> Option<PathBuf> {
+    std::env::var_os("AGENTRL_RUN_CACHE").filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+/// The test command runs every chapter and then, under another setting, its
+/// notebook, which would repeat the chapter's training. It sets
+/// `AGENTRL_RUN_CACHE` to a folder that it empties first; a training function
+/// that finds a finished run of the same `key` there (the same code within one
+/// test command, and a key that names everything the run starts from) reads it
+/// back instead of training again. Without the variable, as for a reader,
+/// every run trains.
+///
+/// With a `cache` folder (see [`run_cache`]): if a complete entry for `key` is
+/// stored there, `read` gets its folder and its answer is returned; otherwise
+/// `train` runs, `write` stores what it made into a fresh folder, and the entry
+/// is marked complete. An entry that cannot be read back counts as absent.
+pub fn reuse<T>(cache: Option<&Path>, key: &str, train: impl FnOnce() -> T, write: impl FnOnce(&T, &Path) -> Result<(), String>, read: impl FnOnce(&Path) -> Result<T, String>) -> Result<T, String> {
+    let Some(cache) = cache else { return Ok(train()) };
+    let stored = cache.join(format!("{:016x}", fnv1a(key.as_bytes(), FNV_START)));
+    if stored.join("complete").exists() && std::fs::read_to_string(stored.join("key")).ok().as_deref() == Some(key) {
+        if let Ok(found) = read(&stored) {
+            return Ok(found);
+        }
+    }
+    let made = train();
+    let _ = std::fs::remove_dir_all(&stored);
+    std::fs::create_dir_all(&stored).map_err(|err| format!("cannot create {}: {err}", stored.display()))?;
+    write(&made, &stored)?;
+    std::fs::write(stored.join("key"), key).map_err(|err| err.to_string())?;
+    std::fs::write(stored.join("complete"), "").map_err(|err| err.to_string())?;
+    Ok(made)
 }

@@ -16,8 +16,8 @@ use crate::trajectory::{Batch, Trajectory};
 use tch::Tensor;
 use crate::mdp::{Mdp, Outcome};
 use crate::policies::Policy;
-use crate::pretrain::{base_model, corpus_of, load_model, pretrain, save_model, PretrainConfig, Sequence, BASE};
-use std::path::{Path, PathBuf};
+use crate::pretrain::{base_model, corpus_of, pretrain, save_model, PretrainConfig, Sequence, BASE};
+use std::path::Path;
 use crate::tinyagent::TinyAgent;
 use crate::tokenizer::Bpe;
 use crate::episode::Owner;
@@ -320,23 +320,11 @@ pub fn warm_start(base: (Bpe, TinyAgent), tasks: &[Task], config: &PretrainConfi
 
 /// [`warm_start`] from the base model on the trained families of `gym`,
 /// with [`WARM_START`], stored in `dir` (for [`crate::pg::train_from`]) with
-/// its losses. Within one test command (`AGENTRL_RUN_CACHE` set), the
-/// notebook finds the chapter's model there instead of training it again.
+/// its losses.
 pub fn warm_start_model(gym: &Gym, dir: &Path) -> (Bpe, TinyAgent, Vec<f64>) {
-    let cache = std::env::var_os("AGENTRL_RUN_CACHE").filter(|v| !v.is_empty()).map(|c| PathBuf::from(c).join("ch12-warm-start"));
-    if let Some(cached) = &cache {
-        let losses = std::fs::read_to_string(cached.join("losses.json")).ok().and_then(|t| serde_json::from_str::<Vec<f64>>(&t).ok());
-        if let (Some(losses), Ok((bpe, model))) = (losses, load_model(cached)) {
-            save_model(dir, &bpe, &model).unwrap_or_else(|err| panic!("{err}"));
-            return (bpe, model, losses);
-        }
-    }
     let (bpe, model, losses) = warm_start(base_model(&gym.train), &family_split(gym).train, &WARM_START);
-    let json = serde_json::to_string(&losses).expect("losses serialise");
-    for place in std::iter::once(dir).chain(cache.as_deref()) {
-        save_model(place, &bpe, &model).unwrap_or_else(|err| panic!("{err}"));
-        std::fs::write(place.join("losses.json"), &json).unwrap_or_else(|err| panic!("cannot write the losses: {err}"));
-    }
+    save_model(dir, &bpe, &model).unwrap_or_else(|err| panic!("{err}"));
+    std::fs::write(dir.join("losses.json"), serde_json::to_string(&losses).expect("losses serialise")).unwrap_or_else(|err| panic!("cannot write the losses: {err}"));
     (bpe, model, losses)
 }
 // ANCHOR_END: wanderer

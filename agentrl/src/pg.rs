@@ -552,7 +552,7 @@ pub type Run = (Schedule, Box<dyn Algorithm + Send>);
 /// time. Each run is single-threaded inside libtorch and has its own streams,
 /// so two at a time use two cores and print what one after the other would.
 /// Run `name` writes to `root/name` (spaces and dots become `_`). Within one
-/// test command, a notebook reuses its chapter's finished runs ([`reuse_or`]).
+/// test command, a notebook reuses its chapter's finished runs ([`train_or_reuse`]).
 pub fn train_from_base(gym: &crate::gym::Gym, runs: Vec<Run>, threads: usize, root: &Path) -> Vec<Vec<TrainRecord>> {
     crate::pretrain::base_model(&gym.train); // on disk before the threads load it
     train_from(&crate::pretrain::base_dir(), gym, runs, threads, root)
@@ -567,13 +567,10 @@ pub fn train_from(start: &Path, gym: &crate::gym::Gym, runs: Vec<Run>, threads: 
 /// [`train_from`] with a starting model of its own for each run (Chapter 15
 /// starts RL from models fine-tuned in different ways).
 pub fn train_from_each(gym: &crate::gym::Gym, runs: Vec<(PathBuf, Run)>, threads: usize, root: &Path) -> Vec<Vec<TrainRecord>> {
-    let cache = std::env::var_os("AGENTRL_RUN_CACHE").filter(|v| !v.is_empty()).map(PathBuf::from);
     side_by_side(runs, threads, |(start, (schedule, mut algorithm))| {
         let dir: PathBuf = root.join(schedule.name.replace([' ', '.'], "_"));
-        let outcome = reuse_or(cache.as_deref(), &dir, &schedule, algorithm.config_json(), || {
-            let (bpe, mut model) = crate::pretrain::load_model(&start)?;
-            train(&mut model, &bpe, (&gym.train, &gym.held_out), &schedule, algorithm.as_mut(), &dir)
-        });
+        let outcome = crate::pretrain::load_model(&start)
+            .and_then(|(bpe, mut model)| train_or_reuse(&mut model, &bpe, (&gym.train, &gym.held_out), &schedule, algorithm.as_mut(), &dir));
         outcome.unwrap_or_else(|err| panic!("run {}: {err}", schedule.name))
     })
 }
@@ -607,29 +604,42 @@ pub fn held_out_at(runs: &[Vec<TrainRecord>], iteration: usize) -> Vec<f64> {
 }
 // ANCHOR_END: parallel
 
-/// The test command runs every chapter and then its notebook, which repeats
-/// the chapter's runs. It sets `AGENTRL_RUN_CACHE` to a folder that it empties
-/// first, and a run found there (same folder, schedule and algorithm config,
-/// within the one test command, so the same code and base model) is copied
-/// back instead of trained again. Without the variable, as for a reader, every
-/// run trains.
-fn reuse_or(cache: Option<&Path>, dir: &Path, schedule: &Schedule, config: Option<String>, train: impl FnOnce() -> Result<Vec<TrainRecord>, String>) -> Result<Vec<TrainRecord>, String> {
-    let Some(cache) = cache else { return train() };
-    let schedule_json = serde_json::to_string(schedule).map_err(|err| err.to_string())?;
-    let key = [dir.display().to_string(), schedule_json, config.unwrap_or_default()].join("\n");
-    // FNV-1a: stable across builds, unlike std's hasher
-    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
-    let stored = cache.join(format!("{hash:016x}"));
-    if stored.join("complete").exists() && std::fs::read_to_string(stored.join("key")).ok().as_deref() == Some(key.as_str()) {
+/// A finished run stored in `cache` under `key` is copied back into `dir`
+/// instead of training again (see [`crate::book::reuse`]); otherwise `train`
+/// runs and what it wrote to `dir` is stored.
+fn reuse_or(cache: Option<&Path>, key: &str, dir: &Path, train: impl FnOnce() -> Result<Vec<TrainRecord>, String>) -> Result<Vec<TrainRecord>, String> {
+    let write = |made: &Result<Vec<TrainRecord>, String>, stored: &Path| match made {
+        Ok(_) => copy_dir(dir, &stored.join("run")),
+        Err(err) => Err(err.clone()),
+    };
+    let read = |stored: &Path| {
         let _ = std::fs::remove_dir_all(dir);
         copy_dir(&stored.join("run"), dir)?;
-        return read_records(&dir.join("metrics.jsonl"));
+        read_records(&dir.join("metrics.jsonl")).map(Ok)
+    };
+    crate::book::reuse(cache, key, train, write, read)?
+}
+
+/// What names a run of [`train`]: its folder, its schedule, the algorithm's
+/// settings and the weights it starts from.
+fn run_key(model: &TinyAgent, schedule: &Schedule, algorithm: &dyn Algorithm, run_dir: &Path) -> Result<String, String> {
+    let schedule_json = serde_json::to_string(schedule).map_err(|err| err.to_string())?;
+    Ok(format!("train\n{}\n{schedule_json}\n{}\n{:016x}", run_dir.display(), algorithm.config_json().unwrap_or_default(), model.fingerprint()))
+}
+
+/// [`train`], or, within the test command, the same run read back: the
+/// notebook stage reads the chapter stage's finished runs instead of training
+/// them again (see [`crate::book::reuse`]); the model ends with the run's final weights either way.
+pub fn train_or_reuse(model: &mut TinyAgent, bpe: &Bpe, tasks: (&[Task], &[Task]), schedule: &Schedule, algorithm: &mut dyn Algorithm, run_dir: &Path) -> Result<Vec<TrainRecord>, String> {
+    let key = run_key(model, schedule, algorithm, run_dir)?;
+    let mut trained = false;
+    let records = reuse_or(crate::book::run_cache().as_deref(), &key, run_dir, || {
+        trained = true;
+        train(model, bpe, tasks, schedule, algorithm, run_dir)
+    })?;
+    if !trained {
+        model.vs.load(run_dir.join("final.safetensors")).map_err(|err| format!("cannot load the stored run's final weights: {err}"))?;
     }
-    let records = train()?;
-    let _ = std::fs::remove_dir_all(&stored);
-    copy_dir(dir, &stored.join("run"))?;
-    std::fs::write(stored.join("key"), &key).map_err(|err| err.to_string())?;
-    std::fs::write(stored.join("complete"), "").map_err(|err| err.to_string())?;
     Ok(records)
 }
 
@@ -718,7 +728,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cached_run_is_copied_back_only_for_the_same_folder_schedule_and_config() {
+    fn a_stored_run_is_copied_back_only_for_the_same_folder_schedule_config_and_start() {
         let root = std::env::temp_dir().join(format!("agentrl-reuse-{}", std::process::id()));
         let (cache, dir) = (root.join("cache"), root.join("runs/a"));
         let trained = std::cell::Cell::new(0);
@@ -730,16 +740,24 @@ mod tests {
             std::fs::write(dir.join("final.safetensors"), b"weights").unwrap();
             Ok(vec![record])
         };
+        let gym = crate::gym::Gym::standard();
+        let bpe = small_tokenizer(&gym.train[..4]);
+        let model = small_model(&bpe);
         let schedule = Schedule::reinforce();
-        let first = reuse_or(Some(&cache), &dir, &schedule, None, || fake(&dir, 0.1 + 0.2)).unwrap();
+        let key = |schedule: &Schedule, model: &TinyAgent| run_key(model, schedule, &Reinforce::plain(), &dir).unwrap();
+        let first = reuse_or(Some(&cache), &key(&schedule, &model), &dir, || fake(&dir, 0.1 + 0.2)).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
-        let again = reuse_or(Some(&cache), &dir, &schedule, None, || fake(&dir, 9.0)).unwrap();
+        let again = reuse_or(Some(&cache), &key(&schedule, &model), &dir, || fake(&dir, 9.0)).unwrap();
         assert_eq!((trained.get(), &again), (1, &first), "the same run is copied back, exactly");
         assert_eq!(std::fs::read(dir.join("final.safetensors")).unwrap(), b"weights");
-        let other = reuse_or(Some(&cache), &dir, &schedule.clone().seeded(1), None, || fake(&dir, 0.5)).unwrap();
+        let other = reuse_or(Some(&cache), &key(&schedule.clone().seeded(1), &model), &dir, || fake(&dir, 0.5)).unwrap();
         assert_eq!((trained.get(), other[0].held_out_success), (2, Some(0.5)), "another seed trains");
-        let uncached = reuse_or(None, &dir, &schedule, None, || fake(&dir, 0.7)).unwrap();
-        assert_eq!((trained.get(), uncached[0].held_out_success), (3, Some(0.7)), "without a cache every run trains");
+        let other_start = small_model(&bpe);
+        let _ = tch::no_grad(|| other_start.vs.trainable_variables()[0].get(0).fill_(0.25));
+        let moved = reuse_or(Some(&cache), &key(&schedule, &other_start), &dir, || fake(&dir, 0.6)).unwrap();
+        assert_eq!((trained.get(), moved[0].held_out_success), (3, Some(0.6)), "other starting weights train");
+        let uncached = reuse_or(None, &key(&schedule, &model), &dir, || fake(&dir, 0.7)).unwrap();
+        assert_eq!((trained.get(), uncached[0].held_out_success), (4, Some(0.7)), "without a cache every run trains");
         std::fs::remove_dir_all(&root).unwrap();
     }
 

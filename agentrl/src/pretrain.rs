@@ -109,8 +109,14 @@ impl Sequence {
 /// each next token. Transcripts are sorted by length and cut into
 /// batches of `batch` neighbours, so that little of a batch is padding; each
 /// step draws one batch at random. The learning rate warms up for 5 % of the steps and then
-/// decays linearly to zero. Returns the loss of every step.
+/// decays linearly to zero. Returns the loss of every step. (Within the test
+/// command, a run with the same starting weights, data and settings is read
+/// back instead of trained again: [`crate::book::reuse`].)
 pub fn pretrain(model: &mut TinyAgent, sequences: &[Sequence], config: &PretrainConfig) -> Vec<f64> {
+    reuse_pretraining(crate::book::run_cache().as_deref(), model, sequences, config, next_token_steps)
+}
+
+fn next_token_steps(model: &mut TinyAgent, sequences: &[Sequence], config: &PretrainConfig) -> Vec<f64> {
     let mut opt = nn::AdamW::default().build(&model.vs, config.lr).expect("an optimiser for the model");
     let mut rng = StdRng::seed_from_u64(config.seed);
     let n_ctx = model.config.n_ctx as usize;
@@ -156,6 +162,46 @@ pub fn pad_right(rows: &[&[u32]], device: Device) -> (Tensor, Tensor) {
     (Tensor::from_slice(&ids).view(shape).to_device(device), Tensor::from_slice(&valid).view(shape).to_device(device))
 }
 // ANCHOR_END: pretrain
+
+/// `steps` on `model`, or, within the test command, the same run read back
+/// with its final weights (see [`crate::book::reuse`]); the key names the
+/// settings, every token and weight of the data, and the starting weights.
+fn reuse_pretraining(cache: Option<&Path>, model: &mut TinyAgent, sequences: &[Sequence], config: &PretrainConfig, steps: fn(&mut TinyAgent, &[Sequence], &PretrainConfig) -> Vec<f64>) -> Vec<f64> {
+    use crate::book::{fnv1a, FNV_START};
+    if cache.is_none() {
+        return steps(model, sequences, config);
+    }
+    let data = sequences.iter().fold(FNV_START, |h, s| {
+        let h = s.ids.iter().fold(fnv1a(&(s.ids.len() as u64).to_le_bytes(), h), |h, id| fnv1a(&id.to_le_bytes(), h));
+        s.weights.iter().fold(h, |h, w| fnv1a(&w.to_bits().to_le_bytes(), h))
+    });
+    let key = format!("pretrain\n{config:?}\n{data:016x}\n{:016x}", model.fingerprint());
+    let mut trained = false;
+    let train = || {
+        trained = true;
+        let losses = steps(model, sequences, config);
+        (losses, model.vs.variables().into_iter().collect::<Vec<(String, Tensor)>>())
+    };
+    let write = |(losses, weights): &(Vec<f64>, Vec<(String, Tensor)>), stored: &Path| {
+        Tensor::write_safetensors(weights, stored.join("weights.safetensors")).map_err(|err| err.to_string())?;
+        std::fs::write(stored.join("losses.json"), serde_json::to_string(losses).map_err(|err| err.to_string())?).map_err(|err| err.to_string())
+    };
+    let read = |stored: &Path| {
+        let text = std::fs::read_to_string(stored.join("losses.json")).map_err(|err| err.to_string())?;
+        let losses: Vec<f64> = serde_json::from_str(&text).map_err(|err| err.to_string())?;
+        Ok((losses, Tensor::read_safetensors(stored.join("weights.safetensors")).map_err(|err| err.to_string())?))
+    };
+    let (losses, weights) = crate::book::reuse(cache, &key, train, write, read).unwrap_or_else(|err| panic!("the run cache: {err}"));
+    if !trained {
+        let mut variables = model.vs.variables();
+        tch::no_grad(|| {
+            for (name, stored) in &weights {
+                variables.get_mut(name).unwrap_or_else(|| panic!("the stored run has a weight {name} that the model lacks")).copy_(stored);
+            }
+        });
+    }
+    losses
+}
 
 fn pad_weights(batch: &[&Sequence], t: i64, device: Device) -> Tensor {
     let mut w = vec![0f64; batch.len() * t as usize];
@@ -295,5 +341,34 @@ mod tests {
         let first: f64 = losses[..5].iter().sum::<f64>() / 5.0;
         let last: f64 = losses[55..].iter().sum::<f64>() / 5.0;
         assert!(last < 0.5 * first, "loss {first} -> {last}");
+    }
+
+    #[test]
+    fn a_stored_pretraining_run_is_read_back_only_for_the_same_start_data_and_settings() {
+        let gym = Gym::standard();
+        let transcripts = corpus(&gym.train[..4], 16, 0);
+        let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), 300).unwrap();
+        let sequences: Vec<Sequence> = transcripts.iter().map(|t| Sequence::new(&bpe, t, 1.0)).collect();
+        let fresh = || { let _turn = crate::book::seeded(1); TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 16, n_layer: 1, n_head: 2 }, Device::Cpu) };
+        let config = PretrainConfig { steps: 6, batch: 4, lr: 1e-2, ..BASE };
+        let cache = std::env::temp_dir().join(format!("agentrl-pretrain-reuse-{}", std::process::id()));
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        fn counting(model: &mut TinyAgent, sequences: &[Sequence], config: &PretrainConfig) -> Vec<f64> {
+            CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            next_token_steps(model, sequences, config)
+        }
+        let (mut a, mut b) = (fresh(), fresh());
+        let first = reuse_pretraining(Some(&cache), &mut a, &sequences, &config, counting);
+        let again = reuse_pretraining(Some(&cache), &mut b, &sequences, &config, counting);
+        assert_eq!(CALLS.load(std::sync::atomic::Ordering::SeqCst), 1, "the second run is read back");
+        assert_eq!((first.clone(), a.fingerprint()), (again, b.fingerprint()), "the same losses and the same final weights");
+        assert_ne!(a.fingerprint(), fresh().fingerprint(), "the weights did move");
+        let other = PretrainConfig { seed: 5, ..config };
+        reuse_pretraining(Some(&cache), &mut fresh(), &sequences, &other, counting);
+        reuse_pretraining(Some(&cache), &mut a, &sequences, &config, counting);
+        assert_eq!(CALLS.load(std::sync::atomic::Ordering::SeqCst), 3, "other settings and other starting weights train");
+        let plain = reuse_pretraining(None, &mut fresh(), &sequences, &config, counting);
+        assert_eq!((CALLS.load(std::sync::atomic::Ordering::SeqCst), plain), (4, first), "without a cache every run trains, to the same losses");
+        std::fs::remove_dir_all(&cache).unwrap();
     }
 }

@@ -267,6 +267,25 @@ impl TinyAgent {
         self.vs.trainable_variables().iter().map(|t| t.numel() as i64).sum()
     }
 
+    /// A hash of the configuration and of every weight's name, shape and bits:
+    /// equal for two models exactly when they compute the same thing (up to a
+    /// hash collision). It names the starting point of a stored training run
+    /// ([`crate::book::reuse`]).
+    pub fn fingerprint(&self) -> u64 {
+        use crate::book::{fnv1a, FNV_START};
+        let mut hash = fnv1a(format!("{:?}", self.config).as_bytes(), FNV_START);
+        let mut named: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, tensor) in named {
+            hash = fnv1a(format!("{name} {:?}", tensor.size()).as_bytes(), hash);
+            let values = Vec::<f64>::try_from(tensor.to_kind(Kind::Double).flatten(0, -1)).expect("weights as numbers");
+            for v in values {
+                hash = fnv1a(&v.to_bits().to_le_bytes(), hash);
+            }
+        }
+        hash
+    }
+
     // ANCHOR: forward
     /// Logits for the new tokens `ids` [B, T] given everything in `cache`;
     /// `valid` [B, T] marks real tokens (false on padding). The cache grows by T.

@@ -481,11 +481,12 @@ pub fn test_notebooks(queries: &[String]) -> Result<()> {
 
 pub fn test(jupyter: bool) -> Result<()> {
     let start = Instant::now();
-    setup::all(true)?;
+    // The book tools (mdBook, evcxr) build in the background until the HTML stage.
+    let mut tools = setup::begin(true)?;
     let mut tally = Tally::default();
     let mut times = BTreeMap::new();
     // Training runs made by a chapter are reused by its notebook, within this
-    // command only: the folder starts empty (see `agentrl::pg::reuse_or`).
+    // command only: the folder starts empty (see `agentrl::book::reuse`).
     // Without notebooks, the chapters' second run under the other setting
     // trains again.
     if jupyter {
@@ -522,6 +523,11 @@ pub fn test(jupyter: bool) -> Result<()> {
     tally.check("order: no module, chapter or exercise uses a later chapter's module", chapter::order_problems());
     tally.check("cells: no closure kept from one cell to the next (evcxr cannot)", chapter::kept_closure_problems());
     tally.check("notebooks up to date", notebook_problems(&chapters));
+
+    let t = Instant::now();
+    step("waiting for the book tools (mdBook, evcxr) if they are still building");
+    tools.wait()?;
+    times.insert("waiting for the book tools", secs(t));
 
     let t = Instant::now();
     step("HTML book: build and check in headless Chromium");

@@ -43,19 +43,44 @@ pub fn libtorch() -> PathBuf {
 /// Run every setup step; `browser` also installs Chromium for the HTML checks.
 pub fn all(browser: bool) -> Result<()> {
     let start = Instant::now();
+    let mut tools = begin(browser)?;
+    tools.wait()?;
+    eprintln!("setup complete ({})", util::secs(start));
+    Ok(())
+}
+
+/// The book tools (mdBook with its KaTeX preprocessor, and evcxr's Jupyter
+/// kernel) while `cargo install` builds them on threads of their own.
+pub struct Tools(Option<std::thread::JoinHandle<Result<()>>>);
+
+impl Tools {
+    /// Wait until the tools are installed (at once if they were already).
+    pub fn wait(&mut self) -> Result<()> {
+        match self.0.take() {
+            Some(handle) => handle.join().unwrap_or_else(|_| Err("installing the book tools panicked".into())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Every setup step but the end of the book tools' builds: the test command
+/// waits for those only before the checks that use them (the HTML book and
+/// the notebooks), so that on a fresh machine their compilation shares the
+/// processor with the library tests and the chapters instead of going first.
+pub fn begin(browser: bool) -> Result<Tools> {
+    let start = Instant::now();
     python_env()?;
     // Downloads (pip, apt) and compiling (cargo install) use different
     // resources, so the book tools compile while the packages download.
-    let tools = std::thread::spawn(book_tools);
-    let downloads =
-        libtorch_link().and_then(|()| jupyter()).and_then(|()| openenv_client()).and_then(|()| if browser { chromium() } else { Ok(()) });
-    let tools = tools.join().unwrap_or_else(|_| Err("installing the book tools panicked".into()));
-    downloads?;
-    tools?;
+    let builds = missing_tools();
+    let tools = Tools((!builds.is_empty()).then(|| std::thread::spawn(move || build_tools(builds))));
+    libtorch_link().and_then(|()| jupyter()).and_then(|()| openenv_client()).and_then(|()| if browser { chromium() } else { Ok(()) })?;
     kernelspec()?;
     katex_assets()?;
-    eprintln!("setup complete ({})", util::secs(start));
-    Ok(())
+    if tools.0.as_ref().is_some_and(|h| !h.is_finished()) {
+        eprintln!("setup complete but for the book tools, which are still building in the background ({})", util::secs(start));
+    }
+    Ok(tools)
 }
 
 fn python_env() -> Result<()> {
@@ -142,28 +167,60 @@ fn version_of(program: &Path) -> Option<String> {
 /// built in about half the time.
 const QUICK_INSTALL: &[(&str, &str)] = &[("CARGO_PROFILE_RELEASE_LTO", "false"), ("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")];
 
-fn book_tools() -> Result<()> {
+/// The book tools that are missing or at another version, each with the
+/// crates `cargo install` builds for it: mdBook with mdbook-katex, and
+/// evcxr_jupyter.
+fn missing_tools() -> Vec<(&'static str, Vec<String>)> {
     let bin = cargo_bin();
     let missing = |name: &str, version: &str| !version_of(&bin.join(name)).is_some_and(|v| v.contains(version));
+    let mut builds: Vec<(&str, Vec<String>)> = Vec::new();
     if missing("mdbook", MDBOOK) || missing("mdbook-katex", MDBOOK_KATEX) {
-        let t = Instant::now();
-        step(&format!("cargo install --locked mdbook@{MDBOOK} mdbook-katex@{MDBOOK_KATEX} (a few minutes)"));
-        run(Command::new("cargo")
-            .args(["install", "--locked", &format!("mdbook@{MDBOOK}"), &format!("mdbook-katex@{MDBOOK_KATEX}")])
-            .envs(QUICK_INSTALL.iter().copied()))?;
-        eprintln!("  mdbook and mdbook-katex installed in {}", util::secs(t));
+        builds.push(("mdbook", vec![format!("mdbook@{MDBOOK}"), format!("mdbook-katex@{MDBOOK_KATEX}")]));
     }
     // evcxr_jupyter has no --version; ask cargo which version it installed.
     let installed = capture(Command::new("cargo").args(["install", "--list"]))
         .map(|out| String::from_utf8_lossy(&out.stdout).contains(&format!("evcxr_jupyter v{EVCXR}:")))
         .unwrap_or(false);
     if !installed || !bin.join("evcxr_jupyter").exists() {
-        let t = Instant::now();
-        step(&format!("cargo install --locked evcxr_jupyter@{EVCXR} (a few minutes)"));
-        run(Command::new("cargo").args(["install", "--locked", &format!("evcxr_jupyter@{EVCXR}")]).envs(QUICK_INSTALL.iter().copied()))?;
-        eprintln!("  evcxr_jupyter installed in {}", util::secs(t));
+        builds.push(("evcxr_jupyter", vec![format!("evcxr_jupyter@{EVCXR}")]));
     }
-    Ok(())
+    builds
+}
+
+/// Install `builds` (from [`missing_tools`]) side by side (each build alone
+/// leaves a core idle much of the time), each writing its compiler output to a
+/// log under `target/tool-builds/`.
+fn build_tools(builds: Vec<(&'static str, Vec<String>)>) -> Result<()> {
+    let logs = root().join("target/tool-builds");
+    std::fs::create_dir_all(&logs).map_err(|err| format!("cannot create {}: {err}", logs.display()))?;
+    let outcomes: Vec<Result<()>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = builds
+            .iter()
+            .map(|(name, crates)| {
+                let log = logs.join(format!("{name}.log"));
+                scope.spawn(move || {
+                    let t = Instant::now();
+                    step(&format!("cargo install --locked {} in the background (several minutes on a fresh machine; log: {})", crates.join(" "), log.display()));
+                    let file = std::fs::File::create(&log).map_err(|err| format!("cannot create {}: {err}", log.display()))?;
+                    let err_file = file.try_clone().map_err(|err| err.to_string())?;
+                    let outcome = run(Command::new("cargo").args(["install", "--locked"]).args(crates).envs(QUICK_INSTALL.iter().copied()).stdout(file).stderr(err_file));
+                    match outcome {
+                        Ok(()) => {
+                            eprintln!("  {} installed in {}", crates.join(" and "), util::secs(t));
+                            Ok(())
+                        }
+                        Err(err) => {
+                            let text = std::fs::read_to_string(&log).unwrap_or_default();
+                            let tail: Vec<&str> = text.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect();
+                            Err(format!("{err}\nthe last lines of {}:\n{}", log.display(), tail.join("\n")))
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a tool build panicked".into()))).collect()
+    });
+    outcomes.into_iter().collect()
 }
 
 /// The environment every book run gets: libtorch on the library path and pinned CPU kernels.
