@@ -328,12 +328,19 @@ mod tests {
         assert!((0.15..0.22).contains(&r.success()), "{}", r.success());
     }
 
+    /// A tokenizer of `vocab` ids and the sequences of `episodes` uninformed
+    /// transcripts on each of the first `tasks` training tasks.
+    fn small_corpus(tasks: usize, episodes: usize, vocab: usize, context_weight: f64) -> (Bpe, Vec<Sequence>) {
+        let gym = Gym::standard();
+        let transcripts = corpus(&gym.train[..tasks], episodes, 0);
+        let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), vocab).unwrap();
+        let sequences = transcripts.iter().map(|t| Sequence::new(&bpe, t, context_weight)).collect();
+        (bpe, sequences)
+    }
+
     #[test]
     fn pretraining_lowers_the_loss_on_the_policy_tokens() {
-        let gym = Gym::standard();
-        let transcripts = corpus(&gym.train[..8], 64, 0);
-        let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), 400).unwrap();
-        let sequences: Vec<Sequence> = transcripts.iter().map(|t| Sequence::new(&bpe, t, 0.0)).collect();
+        let (bpe, sequences) = small_corpus(8, 64, 400, 0.0);
         assert!(sequences.iter().all(|s| s.weights.iter().any(|&w| w == 1.0) && s.weights.contains(&0.0)));
         let mut model = { let _turn = crate::book::seeded(0); TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 32, n_layer: 1, n_head: 2 }, Device::Cpu) };
         let config = PretrainConfig { steps: 60, batch: 8, lr: 1e-2, ..BASE };
@@ -345,10 +352,7 @@ mod tests {
 
     #[test]
     fn a_stored_pretraining_run_is_read_back_only_for_the_same_start_data_and_settings() {
-        let gym = Gym::standard();
-        let transcripts = corpus(&gym.train[..4], 16, 0);
-        let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), 300).unwrap();
-        let sequences: Vec<Sequence> = transcripts.iter().map(|t| Sequence::new(&bpe, t, 1.0)).collect();
+        let (bpe, sequences) = small_corpus(4, 16, 300, 1.0);
         let fresh = || { let _turn = crate::book::seeded(1); TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 16, n_layer: 1, n_head: 2 }, Device::Cpu) };
         let config = PretrainConfig { steps: 6, batch: 4, lr: 1e-2, ..BASE };
         let cache = std::env::temp_dir().join(format!("agentrl-pretrain-reuse-{}", std::process::id()));
