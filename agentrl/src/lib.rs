@@ -41,6 +41,8 @@
 //! | [`finetune`] | 15 | supervised fine-tuning on the oracle's transcripts, rejection-sampling fine-tuning as an algorithm of the loop, the weights that make every method a weighted log-likelihood, the held-out evaluation that methods are compared with |
 //! | [`preference`] | 15 | DPO: summed action log-probs, the sigmoid loss with label smoothing against a frozen reference, implicit rewards, their accuracy and margin, success/failure pairs of one task, a DPO training run |
 //! | [`distill`] | 16 | a deeper teacher grown from the base model, off-policy distillation as SFT on a teacher's episodes, on-policy distillation (the per-token reverse KL to the teacher on the student's own tokens) as an algorithm of the loop |
+//! | [`quixbugs`] | 17 | the QuixBugs benchmark ported to Rhai (39 of its 40 programs, each with its documented one-line defect, its fix as an edit and the benchmark's test cases; the program left out and why), each program as a gym task with public and hidden tests, an issue and a menu of the fix and the gym's line edits |
+//! | [`evaluation`] | 17 | frozen task sets, the unbiased pass@k and pass^k, bootstrap intervals over tasks, paired comparisons of checkpoints, tasks needed to see a difference, leakage checks, one report format |
 
 pub mod advantage;
 pub mod agent;
@@ -51,6 +53,7 @@ pub mod curriculum;
 pub mod diagrams;
 pub mod distill;
 pub mod episode;
+pub mod evaluation;
 pub mod exchange;
 pub mod grpo;
 pub mod finetune;
@@ -67,6 +70,7 @@ pub mod ppo;
 pub mod preference;
 pub mod pomdp;
 pub mod pretrain;
+pub mod quixbugs;
 pub mod regularization;
 pub mod reward;
 pub mod rollout;

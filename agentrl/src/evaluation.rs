@@ -1,0 +1,350 @@
+//! Chapter 17: evaluation that another lab could repeat. A task set is frozen
+//! by a fingerprint of its tasks ([`task_set_fingerprint`]); each task is
+//! sampled `n` times and scored by its count of successes `c`; pass@k and
+//! pass^k are estimated without bias from (n, c) ([`pass_at_k`],
+//! [`pass_hat_k`]); their intervals come from a bootstrap over tasks, not over
+//! samples ([`bootstrap_over_tasks`]), because the tasks are what a benchmark
+//! draws; two checkpoints are compared task by task ([`compare`]); the number
+//! of tasks needed to see a difference follows from the spread of the paired
+//! differences ([`tasks_needed`]); and held-out text is checked against the
+//! training data for exact and near copies ([`leaks`]). One report format,
+//! [`Report`], is written as JSON and printed as a table.
+
+use crate::book::{fnv1a, FNV_START};
+use crate::gym::Task;
+use crate::stats::{paired_bootstrap, percentile, wilson_interval};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+
+// ANCHOR: pass_at_k
+/// The unbiased estimate of pass@k from `n` samples of which `c` succeeded:
+/// the chance that k samples drawn without replacement from the n contain at
+/// least one success, 1 − C(n−c, k) / C(n, k). The ratio of binomials is
+/// computed as the product ∏_{i=n−c+1}^{n} (1 − k/i), which stays between 0
+/// and 1 (the binomials themselves overflow for n in the hundreds). When
+/// fewer than k samples failed, every draw of k holds a success: 1.
+pub fn pass_at_k(n: usize, c: usize, k: usize) -> f64 {
+    assert!(c <= n && (1..=n).contains(&k), "pass@k needs 0 <= c <= n and 1 <= k <= n (got n = {n}, c = {c}, k = {k})");
+    if n - c < k {
+        return 1.0;
+    }
+    1.0 - (n - c + 1..=n).map(|i| 1.0 - k as f64 / i as f64).product::<f64>()
+}
+
+/// The unbiased estimate of pass^k: the chance that k samples drawn without
+/// replacement are all successes, C(c, k) / C(n, k) = ∏_{i=0}^{k−1} (c−i)/(n−i).
+/// It asks for reliability (every attempt works) where pass@k asks for
+/// coverage (some attempt works).
+pub fn pass_hat_k(n: usize, c: usize, k: usize) -> f64 {
+    assert!(c <= n && (1..=n).contains(&k), "pass^k needs 0 <= c <= n and 1 <= k <= n (got n = {n}, c = {c}, k = {k})");
+    if c < k {
+        return 0.0;
+    }
+    (0..k).map(|i| (c - i) as f64 / (n - i) as f64).product()
+}
+// ANCHOR_END: pass_at_k
+
+// ANCHOR: report
+/// One task's result: `successes` of `samples` episodes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskScore {
+    pub task: String,
+    pub samples: usize,
+    pub successes: usize,
+}
+
+/// A metric over the task set with its 95 % interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    pub k: usize,
+    pub mean: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+/// The report of one evaluation: what was evaluated (the policy's name and
+/// the frozen task set's fingerprint), with which seed, every task's counts,
+/// and pass@k and pass^k with bootstrap intervals over the tasks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub policy: String,
+    pub task_set: String,
+    pub seed: u64,
+    pub scores: Vec<TaskScore>,
+    pub pass_at_k: Vec<Estimate>,
+    pub pass_hat_k: Vec<Estimate>,
+}
+
+/// Resamples of the task set behind every interval of a report.
+pub const RESAMPLES: usize = 2_000;
+
+impl Report {
+    /// Build the report from per-task counts; the intervals come from
+    /// [`bootstrap_over_tasks`] with `seed`.
+    pub fn new(policy: &str, task_set: &str, seed: u64, scores: Vec<TaskScore>, ks: &[usize]) -> Report {
+        let estimates = |metric: fn(usize, usize, usize) -> f64| -> Vec<Estimate> {
+            ks.iter()
+                .map(|&k| {
+                    let per_task: Vec<f64> = scores.iter().map(|s| metric(s.samples, s.successes, k)).collect();
+                    let (mean, low, high) = bootstrap_over_tasks(&per_task, RESAMPLES, seed);
+                    Estimate { k, mean, low, high }
+                })
+                .collect()
+        };
+        let (pass_at_k, pass_hat_k) = (estimates(pass_at_k), estimates(pass_hat_k));
+        Report { policy: policy.into(), task_set: task_set.into(), seed, scores, pass_at_k, pass_hat_k }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report serialises")
+    }
+
+    pub fn from_json(text: &str) -> Result<Report, String> {
+        serde_json::from_str(text).map_err(|err| format!("not an evaluation report: {err}"))
+    }
+
+    /// The pooled success rate of all samples with its Wilson interval: the
+    /// right interval only when the samples are independent, which samples of
+    /// the same task are not (see the chapter).
+    pub fn pooled_rate(&self) -> (f64, f64, f64) {
+        let (c, n) = self.scores.iter().fold((0, 0), |(c, n), s| (c + s.successes, n + s.samples));
+        let (low, high) = wilson_interval(c, n);
+        (c as f64 / n as f64, low, high)
+    }
+
+    /// The report as a table: one row per k.
+    pub fn table(&self) -> String {
+        let mut out = format!("{} on {} tasks (set {}, seed {})\n", self.policy, self.scores.len(), self.task_set, self.seed);
+        out.push_str(&format!("{:>4}  {:>22}  {:>22}\n", "k", "pass@k [95% interval]", "pass^k [95% interval]"));
+        for (at, hat) in self.pass_at_k.iter().zip(&self.pass_hat_k) {
+            let cell = |e: &Estimate| format!("{:.3} [{:.3}, {:.3}]", e.mean, e.low, e.high);
+            out.push_str(&format!("{:>4}  {:>22}  {:>22}\n", at.k, cell(at), cell(hat)));
+        }
+        out.trim_end().to_string()
+    }
+}
+// ANCHOR_END: report
+
+// ANCHOR: bootstrap_over_tasks
+/// The mean of per-task values and its 95 % percentile-bootstrap interval:
+/// `resamples` times, draw as many tasks as there are with replacement and
+/// average their values. Samples of one task share that task's difficulty, so
+/// they are not independent draws; resampling whole tasks keeps each task's
+/// samples together and measures how the score would move on another draw of
+/// tasks from the same distribution.
+pub fn bootstrap_over_tasks(per_task: &[f64], resamples: usize, seed: u64) -> (f64, f64, f64) {
+    assert!(!per_task.is_empty() && resamples >= 100, "need some tasks and at least 100 resamples");
+    let n = per_task.len();
+    let mean = per_task.iter().sum::<f64>() / n as f64;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let means: Vec<f64> = (0..resamples).map(|_| (0..n).map(|_| per_task[rng.random_range(0..n)]).sum::<f64>() / n as f64).collect();
+    (mean, percentile(&means, 0.025), percentile(&means, 0.975))
+}
+// ANCHOR_END: bootstrap_over_tasks
+
+// ANCHOR: compare
+/// Two checkpoints scored on the same tasks (in the same order): the mean of
+/// the per-task differences `b − a` in pass@k, with the paired bootstrap's
+/// 95 % interval over tasks (Chapter 2's [`paired_bootstrap`]).
+pub fn compare(a: &Report, b: &Report, k: usize, seed: u64) -> (f64, f64, f64) {
+    assert_eq!(a.task_set, b.task_set, "a paired comparison needs the same task set");
+    let ids = |r: &Report| r.scores.iter().map(|s| s.task.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(a), ids(b), "a paired comparison needs the same tasks in the same order");
+    let per_task = |r: &Report| r.scores.iter().map(|s| pass_at_k(s.samples, s.successes, k)).collect::<Vec<f64>>();
+    paired_bootstrap(&per_task(a), &per_task(b), RESAMPLES, seed)
+}
+
+/// Tasks needed for a paired comparison to show a true mean difference
+/// `delta` when per-task differences spread with standard deviation `sd`: the
+/// smallest n with (z₁ + z₂) · sd / √n ≤ delta, where z₁ = 1.96 makes the
+/// interval 95 % and z₂ = 0.84 finds the difference in 80 % of experiments.
+pub fn tasks_needed(delta: f64, sd: f64) -> usize {
+    assert!(delta > 0.0 && sd >= 0.0, "need a positive difference and a spread (got delta = {delta}, sd = {sd})");
+    ((1.96 + 0.84) * sd / delta).powi(2).ceil().max(1.0) as usize
+}
+// ANCHOR_END: compare
+
+// ANCHOR: frozen
+/// The fingerprint of a task set: a hash of every task as JSON, in order, so
+/// that a report names exactly which tasks (sources, tests, menus) it scored.
+pub fn task_set_fingerprint(tasks: &[Task]) -> String {
+    let hash = tasks.iter().fold(FNV_START, |h, task| fnv1a(task.to_json().as_bytes(), h));
+    format!("{hash:016x}")
+}
+// ANCHOR_END: frozen
+
+// ANCHOR: leaks
+/// A held-out text found in the training data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Leak {
+    /// Index of the held-out text and of the training text it matches.
+    pub held_out: usize,
+    pub train: usize,
+    /// 1 for an exact copy (after normalising white space), else the Jaccard
+    /// similarity of their word 5-grams.
+    pub similarity: f64,
+}
+
+/// White space collapsed to single spaces, ends trimmed.
+fn normalised(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The set of hashed word 5-grams of a text (words split at white space and
+/// punctuation, punctuation kept as words); a text of fewer than five words is
+/// one gram.
+fn shingles(text: &str) -> HashSet<u64> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    for ch in text.chars() {
+        if ch.is_alphanumeric() || ch == '_' {
+            word.push(ch);
+        } else {
+            if !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+            if !ch.is_whitespace() {
+                words.push(ch.to_string());
+            }
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    let gram = |ws: &[String]| fnv1a(ws.join(" ").as_bytes(), FNV_START);
+    if words.len() < 5 {
+        return HashSet::from([gram(&words)]);
+    }
+    words.windows(5).map(gram).collect()
+}
+
+/// Every held-out text that occurs in the training texts exactly (after
+/// normalising white space) or nearly (word 5-gram Jaccard similarity at least
+/// `threshold`), with the most similar training text for each.
+pub fn leaks(train: &[String], held_out: &[String], threshold: f64) -> Vec<Leak> {
+    let exact: std::collections::HashMap<String, usize> = train.iter().enumerate().map(|(i, t)| (normalised(t), i)).collect();
+    let train_grams: Vec<HashSet<u64>> = train.iter().map(|t| shingles(t)).collect();
+    let mut found = Vec::new();
+    for (h, text) in held_out.iter().enumerate() {
+        if let Some(&t) = exact.get(&normalised(text)) {
+            found.push(Leak { held_out: h, train: t, similarity: 1.0 });
+            continue;
+        }
+        let grams = shingles(text);
+        let best = train_grams
+            .iter()
+            .enumerate()
+            .map(|(t, other)| (t, grams.intersection(other).count() as f64 / grams.union(other).count() as f64))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((t, similarity)) = best.filter(|(_, s)| *s >= threshold) {
+            found.push(Leak { held_out: h, train: t, similarity });
+        }
+    }
+    found
+}
+// ANCHOR_END: leaks
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binomial(n: u64, k: u64) -> f64 {
+        (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+    }
+
+    #[test]
+    fn pass_at_k_matches_hand_checked_values_and_the_binomial_formula() {
+        // n = 4, c = 1, k = 2: draws of two from four hold the success in 3 of 6.
+        assert!((pass_at_k(4, 1, 2) - 0.5).abs() < 1e-12);
+        // n = 5, c = 2, k = 2: 1 − C(3,2)/C(5,2) = 1 − 3/10.
+        assert!((pass_at_k(5, 2, 2) - 0.7).abs() < 1e-12);
+        // k = 1 is the success rate.
+        assert!((pass_at_k(10, 3, 1) - 0.3).abs() < 1e-12);
+        // n − c < k: every draw holds a success.
+        assert_eq!(pass_at_k(5, 4, 2), 1.0);
+        assert_eq!(pass_at_k(3, 3, 3), 1.0);
+        assert_eq!(pass_at_k(8, 0, 4), 0.0);
+        for (n, c, k) in [(20, 3, 5), (64, 10, 16), (30, 29, 2), (12, 0, 1)] {
+            let direct = 1.0 - binomial((n - c) as u64, k as u64) / binomial(n as u64, k as u64);
+            assert!((pass_at_k(n, c, k) - direct).abs() < 1e-12, "n {n} c {c} k {k}");
+        }
+        // Large n, where the binomials overflow f64 but the product does not.
+        let p = pass_at_k(2_000, 1, 1_000);
+        assert!((p - 0.5).abs() < 1e-12, "{p}");
+    }
+
+    #[test]
+    fn pass_hat_k_matches_hand_checked_values() {
+        // n = 4, c = 2, k = 2: one of the six pairs is both successes.
+        assert!((pass_hat_k(4, 2, 2) - 1.0 / 6.0).abs() < 1e-12);
+        assert!((pass_hat_k(10, 3, 1) - 0.3).abs() < 1e-12);
+        assert_eq!(pass_hat_k(5, 1, 2), 0.0);
+        assert_eq!(pass_hat_k(6, 6, 4), 1.0);
+        for (n, c, k) in [(20, 12, 5), (64, 40, 8)] {
+            let direct = binomial(c as u64, k as u64) / binomial(n as u64, k as u64);
+            assert!((pass_hat_k(n, c, k) - direct).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "1 <= k <= n")]
+    fn pass_at_k_refuses_more_draws_than_samples() {
+        pass_at_k(4, 1, 5);
+    }
+
+    #[test]
+    fn the_bootstrap_over_tasks_is_wider_when_tasks_differ_and_zero_when_they_agree() {
+        let same = vec![0.5; 40];
+        let (mean, low, high) = bootstrap_over_tasks(&same, 1_000, 7);
+        assert_eq!((mean, low, high), (0.5, 0.5, 0.5));
+        // Half the tasks always solved, half never: the mean is 0.5 but the
+        // interval is about ±1.96·0.5/√40 ≈ ±0.155 wide.
+        let split: Vec<f64> = (0..40).map(|i| (i % 2) as f64).collect();
+        let (mean, low, high) = bootstrap_over_tasks(&split, 2_000, 7);
+        assert_eq!(mean, 0.5);
+        assert!((0.30..0.40).contains(&low) && (0.60..0.70).contains(&high), "{low} {high}");
+    }
+
+    #[test]
+    fn a_report_round_trips_through_json_and_tabulates_every_k() {
+        let scores = (0..10).map(|i| TaskScore { task: format!("t{i}"), samples: 8, successes: i % 5 }).collect();
+        let report = Report::new("base", "0123", 3, scores, &[1, 4, 8]);
+        assert_eq!(Report::from_json(&report.to_json()).unwrap(), report);
+        assert_eq!(report.table().lines().count(), 2 + 3);
+        // pass@k grows with k, pass^k shrinks.
+        assert!(report.pass_at_k[0].mean < report.pass_at_k[2].mean);
+        assert!(report.pass_hat_k[0].mean > report.pass_hat_k[2].mean);
+        assert!((report.pass_at_k[0].mean - 0.25).abs() < 1e-12);
+        assert!(Report::from_json("{}").unwrap_err().starts_with("not an evaluation report"));
+    }
+
+    #[test]
+    fn tasks_needed_follows_the_normal_approximation() {
+        // (2.8 · 0.5 / 0.1)² = 196.
+        assert_eq!(tasks_needed(0.1, 0.5), 196);
+        assert_eq!(tasks_needed(0.2, 0.5), 49);
+    }
+
+    #[test]
+    fn leaks_finds_exact_and_near_copies_and_nothing_else() {
+        let train = vec![
+            "fn add(a, b) {\n    a + b\n}".to_string(),
+            "fn clamp(value, lower, upper) { min(max(value, lower), upper) }".to_string(),
+        ];
+        let held_out = vec![
+            "fn add(a,   b) {  a + b }".to_string(),                                         // exact after normalising
+            "fn add(a, b) {\n a + b\n}".to_string(),                                         // exact after normalising
+            "fn clamp(value, lower, upper) { min(max(value, lower), upper) + 0 }".to_string(), // near
+            "fn add(x, y) { x - y }".to_string(),                                             // shares words, not a copy
+            "fn gcd(a, b) { if b == 0 { a } else { gcd(b, a % b) } }".to_string(),            // new
+        ];
+        let found = leaks(&train, &held_out, 0.7);
+        let exact: Vec<usize> = found.iter().filter(|l| l.similarity == 1.0).map(|l| l.held_out).collect();
+        assert_eq!(exact, vec![0, 1]);
+        let near: Vec<(usize, usize)> = found.iter().filter(|l| l.similarity < 1.0).map(|l| (l.held_out, l.train)).collect();
+        assert!(near.contains(&(2, 1)), "{found:?}");
+        assert!(!found.iter().any(|l| l.held_out >= 3), "{found:?}");
+    }
+}
