@@ -230,8 +230,39 @@ fn in_stages(chapters: &[Chapter], f: impl Fn(usize, &Chapter) -> Result<runner:
     runs
 }
 
+/// Seconds each chapter took in the test command's chapter stage (two chapters
+/// side by side on a 2-core machine), used only to order the chapters of a
+/// stage longest first: two workers taking chapters in that order finish a
+/// stage together, where chapter order could leave the longest chapter running
+/// alone at the end. A chapter missing here counts as [`UNMEASURED_SECONDS`].
+const STAGE_SECONDS: &[(&str, u32)] = &[
+    ("04", 172),
+    ("05", 116),
+    ("06", 181),
+    ("07", 185),
+    ("08", 157),
+    ("09", 147),
+    ("10", 149),
+    ("11", 154),
+    ("12", 171),
+    ("13", 82),
+    ("14", 138),
+    ("15", 221),
+    ("16", 285),
+];
+const UNMEASURED_SECONDS: u32 = 150;
+
+fn stage_seconds(chapter: &Chapter) -> u32 {
+    let number = chapter.name.get(..2).unwrap_or("");
+    STAGE_SECONDS.iter().find(|(n, _)| *n == number).map(|(_, s)| *s).unwrap_or(if number < "04" { 0 } else { UNMEASURED_SECONDS })
+}
+
+/// The chapters in the order the stages run them: Chapters 0 to 4, then the
+/// rest, each stage longest first (ties in chapter order).
 fn in_stage_order(chapters: Vec<Chapter>) -> Vec<Chapter> {
-    let (mut early, late): (Vec<Chapter>, Vec<Chapter>) = chapters.into_iter().partition(|c| c.name.as_str() < "05");
+    let (mut early, mut late): (Vec<Chapter>, Vec<Chapter>) = chapters.into_iter().partition(|c| c.name.as_str() < "05");
+    early.sort_by_key(|c| std::cmp::Reverse(stage_seconds(c)));
+    late.sort_by_key(|c| std::cmp::Reverse(stage_seconds(c)));
     early.extend(late);
     early
 }
@@ -426,7 +457,13 @@ pub fn book(serve: bool) -> Result<()> {
 /// (evcxr compiles each cell on about one core).
 fn execute_notebooks(tally: &mut Tally, chapters: &[Chapter]) {
     step("notebooks: execute in Jupyter with the evcxr kernel under the second setting, compare with the chapters");
-    let order = in_stage_order(chapters.to_vec());
+    // The first notebook runs alone while evcxr compiles the library, so it
+    // is the shortest; the others follow longest first.
+    let mut order = in_stage_order(chapters.to_vec());
+    if let Some(shortest) = (0..order.len()).min_by_key(|&i| (stage_seconds(&order[i]), order[i].name.clone())) {
+        let first = order.remove(shortest);
+        order.insert(0, first);
+    }
     let run = |slot: usize, chapter: &Chapter| {
         let t = Instant::now();
         let got = notebook::execute(&notebook::path(chapter), &scratch_figures(chapter, "jupyter"), setup::CHECK_KERNEL, slot);
@@ -549,4 +586,20 @@ pub fn test(jupyter: bool) -> Result<()> {
     }
     eprintln!("  time: total: {}", secs(start));
     tally.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chapter(name: &str) -> Chapter {
+        Chapter { name: name.into(), path: PathBuf::new(), lines: Vec::new(), cells: Vec::new() }
+    }
+
+    #[test]
+    fn each_stage_runs_its_longest_chapters_first_and_unmeasured_ones_count_as_average() {
+        let names = ["00-a", "01-b", "04-c", "05-d", "13-e", "16-f", "17-new"];
+        let order: Vec<String> = in_stage_order(names.iter().map(|n| chapter(n)).collect()).into_iter().map(|c| c.name).collect();
+        assert_eq!(order, ["04-c", "00-a", "01-b", "16-f", "17-new", "05-d", "13-e"]);
+    }
 }
