@@ -12,7 +12,7 @@
 
 use crate::book::{fnv1a, FNV_START};
 use crate::gym::Task;
-use crate::stats::{paired_bootstrap, percentile, wilson_interval};
+use crate::stats::{paired_bootstrap, percentile};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -103,15 +103,6 @@ impl Report {
 
     pub fn from_json(text: &str) -> Result<Report, String> {
         serde_json::from_str(text).map_err(|err| format!("not an evaluation report: {err}"))
-    }
-
-    /// The pooled success rate of all samples with its Wilson interval: the
-    /// right interval only when the samples are independent, which samples of
-    /// the same task are not (see the chapter).
-    pub fn pooled_rate(&self) -> (f64, f64, f64) {
-        let (c, n) = self.scores.iter().fold((0, 0), |(c, n), s| (c + s.successes, n + s.samples));
-        let (low, high) = wilson_interval(c, n);
-        (c as f64 / n as f64, low, high)
     }
 
     /// The report as a table: one row per k.
@@ -318,6 +309,29 @@ mod tests {
         assert!(report.pass_hat_k[0].mean > report.pass_hat_k[2].mean);
         assert!((report.pass_at_k[0].mean - 0.25).abs() < 1e-12);
         assert!(Report::from_json("{}").unwrap_err().starts_with("not an evaluation report"));
+    }
+
+    #[test]
+    fn compare_takes_per_task_differences_and_refuses_other_tasks() {
+        let scores = |c: [usize; 4]| (0..4).map(|i| TaskScore { task: format!("t{i}"), samples: 4, successes: c[i] }).collect::<Vec<_>>();
+        let a = Report::new("a", "set", 0, scores([0, 1, 2, 4]), &[1]);
+        let b = Report::new("b", "set", 0, scores([1, 2, 3, 4]), &[1]);
+        // pass@1 rises by 1/4 on three tasks and not at all on the fourth: mean 3/16.
+        let (mean, low, high) = compare(&a, &b, 1, 5);
+        assert!((mean - 3.0 / 16.0).abs() < 1e-12 && low <= mean && mean <= high && low >= 0.0 && high <= 0.25, "{mean} {low} {high}");
+        let other = Report::new("c", "other set", 0, scores([1, 2, 3, 4]), &[1]);
+        assert!(std::panic::catch_unwind(|| compare(&a, &other, 1, 5)).is_err());
+    }
+
+    #[test]
+    fn a_task_set_fingerprint_changes_with_any_task() {
+        let gym = crate::gym::Gym::standard();
+        let tasks = &gym.held_out[..5];
+        assert_eq!(task_set_fingerprint(tasks), task_set_fingerprint(&tasks.to_vec()));
+        let mut changed = tasks.to_vec();
+        changed[3].hidden_tests[0].expected.push('0');
+        assert_ne!(task_set_fingerprint(tasks), task_set_fingerprint(&changed));
+        assert_ne!(task_set_fingerprint(tasks), task_set_fingerprint(&tasks[..4]));
     }
 
     #[test]

@@ -408,7 +408,8 @@ fn passes(source: &str, tests: &[Test]) -> bool {
     all_pass(&Guarded::shared().run(source, tests))
 }
 
-fn fails_some(source: &str, tests: &[Test]) -> bool {
+/// Whether `source` fails some test of `tests` (or does not load).
+pub(crate) fn fails_some(source: &str, tests: &[Test]) -> bool {
     !passes(source, tests)
 }
 

@@ -15,9 +15,9 @@
 //! distractors made of the gym's own line edits ([`GENERIC_OPS`]).
 
 use crate::book::{data_path, fnv1a, FNV_START};
-use crate::gym::{Edit, EditKind, Family, Task, GENERIC_OPS};
+use crate::gym::{fails_some, Edit, EditKind, Family, Task, GENERIC_OPS};
 use crate::runner::{Guarded, Test, TestRunner};
-use crate::sandbox::{all_pass, shorten};
+use crate::sandbox::shorten;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -191,9 +191,6 @@ fn failures(source: &str, tests: &[Test]) -> Vec<usize> {
     lines.iter().enumerate().filter(|(_, line)| !line.passed).map(|(i, _)| i).collect()
 }
 
-fn fails_some(source: &str, tests: &[Test]) -> bool {
-    !all_pass(&Guarded::shared().run(source, tests))
-}
 
 // ---------------------------------------------------------------------------
 // Loading, with errors that name the file and the field
@@ -396,6 +393,7 @@ pub fn tasks(seed: u64) -> Vec<Task> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::all_pass;
     use crate::horizon::neutral;
     use std::collections::{BTreeSet, HashMap};
     use std::sync::LazyLock;
