@@ -257,25 +257,69 @@ fn stamp() -> String {
 /// about 1e-9 after pretraining, enough to flip a sampled token now and then).
 pub fn save_as_base(bpe: &Bpe, model: &TinyAgent) {
     let dir = base_dir();
-    let stored = std::fs::read_to_string(dir.join("config.json")).ok().as_deref() == Some(stamp().as_str()) && dir.join("tinyagent.safetensors").exists() && dir.join("tokenizer.json").exists();
-    if !stored {
+    if !stamped(&dir, &stamp()) {
         save_base(&dir, bpe, model, &stamp());
     }
 }
 
-/// The base model from `base_dir()`, trained and saved first if it is not
-/// there (or was trained with other settings).
+/// The repository's copies of the book's two stored models (`data/models/`):
+/// `base`, and `context-weight-0`, Chapter 4's comparison model. Pretraining
+/// from an initialization is where the order of a matrix product's sums grows
+/// into weights that later flip sampled tokens, and no setting of MKL keeps
+/// that order the same on Intel and AMD processors. So the weights one
+/// pretraining produced are kept, every chapter starts from them, and Chapter 4
+/// pretrains again and prints how close it comes (see `weight_gap`).
+pub fn kept_dir() -> PathBuf {
+    crate::book::data_path("models")
+}
+
+/// Whether `dir` holds a model stored with `stamp`.
+fn stamped(dir: &Path, stamp: &str) -> bool {
+    std::fs::read_to_string(dir.join("config.json")).ok().as_deref() == Some(stamp) && dir.join("tinyagent.safetensors").exists() && dir.join("tokenizer.json").exists()
+}
+
+/// The base model from `base_dir()`. When it is not there (or was trained
+/// with other settings), it is first copied from the repository's kept copy
+/// (`kept_dir()/base`) if that one's stamp is `BASE`'s, and otherwise trained
+/// and saved.
 pub fn base_model(tasks: &[Task]) -> (Bpe, TinyAgent) {
     let dir = base_dir();
     let stamp = stamp();
-    if std::fs::read_to_string(dir.join("config.json")).ok().as_deref() == Some(&stamp) {
+    if stamped(&dir, &stamp) {
         if let Ok(found) = load_model(&dir) {
             return found;
         }
     }
+    let kept = kept_dir().join("base");
+    if stamped(&kept, &stamp) {
+        copy_files(&kept, &dir, &["tokenizer.json", "tinyagent.safetensors", "config.json"]).unwrap_or_else(|err| panic!("{err}"));
+        return load_model(&dir).unwrap_or_else(|err| panic!("the kept base model does not load: {err}"));
+    }
     let (bpe, model, _) = train_base(tasks, &BASE);
     save_base(&dir, &bpe, &model, &stamp);
     (bpe, model)
+}
+
+/// Copy `names` from `from` to `to`, each through a temporary file and a
+/// rename, so that a process reading `to` never sees half a file.
+fn copy_files(from: &Path, to: &Path, names: &[&str]) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|err| format!("cannot create {}: {err}", to.display()))?;
+    for name in names {
+        let part = to.join(format!("{name}.part-{}", std::process::id()));
+        std::fs::copy(from.join(name), &part).map_err(|err| format!("cannot copy {}: {err}", from.join(name).display()))?;
+        std::fs::rename(&part, to.join(name)).map_err(|err| format!("cannot write {}: {err}", to.join(name).display()))?;
+    }
+    Ok(())
+}
+
+/// The largest absolute difference between the weights of two models of one
+/// architecture: how far a fresh pretraining lands from the kept one.
+pub fn weight_gap(a: &TinyAgent, b: &TinyAgent) -> f64 {
+    let theirs = b.vs.variables();
+    a.vs.variables()
+        .iter()
+        .map(|(name, w)| (w - &theirs[name]).abs().max().double_value(&[]))
+        .fold(0.0, f64::max)
 }
 
 fn save_base(dir: &Path, bpe: &Bpe, model: &TinyAgent, stamp: &str) {
@@ -374,5 +418,33 @@ mod tests {
         let plain = reuse_pretraining(None, &mut fresh(), &sequences, &config, counting);
         assert_eq!((CALLS.load(std::sync::atomic::Ordering::SeqCst), plain), (4, first), "without a cache every run trains, to the same losses");
         std::fs::remove_dir_all(&cache).unwrap();
+    }
+
+    #[test]
+    fn the_kept_models_carry_the_recipes_stamps_and_load() {
+        // A change of `BASE` without new kept models would make every machine pretrain its own.
+        let kept = kept_dir().join("base");
+        assert!(stamped(&kept, &stamp()), "data/models/base was not made with BASE: run Chapter 4 without it and keep what it writes");
+        let (bpe, model) = load_model(&kept).expect("the kept base model loads");
+        assert_eq!(model.config.vocab, bpe.vocab_size() as i64);
+        let zero = PretrainConfig { context_weight: 0.0, ..BASE };
+        assert_eq!(std::fs::read_to_string(kept_dir().join("context-weight-0/config.txt")).unwrap(), format!("{zero:?}"));
+        let policy = TinyAgent::load(model.config, &kept_dir().join("context-weight-0/tinyagent.safetensors"), Device::Cpu).expect("the kept weight-0 model loads");
+        assert!(weight_gap(&model, &policy) > 0.1, "two different models");
+    }
+
+    #[test]
+    fn weight_gap_is_the_largest_absolute_difference() {
+        let config = Config { vocab: 32, n_ctx: 16, d_model: 8, n_layer: 1, n_head: 2 };
+        let a = { let _turn = crate::book::seeded(3); TinyAgent::new(config, Device::Cpu) };
+        let b = { let _turn = crate::book::seeded(3); TinyAgent::new(config, Device::Cpu) };
+        assert_eq!(weight_gap(&a, &b), 0.0);
+        tch::no_grad(|| {
+            let mut w = b.vs.variables()["wte.weight"].shallow_clone();
+            let _ = w.get(2).get(5).f_add_(&Tensor::from(-0.25)).unwrap();
+            let _ = w.get(0).get(0).f_add_(&Tensor::from(0.125)).unwrap();
+        });
+        assert!((weight_gap(&a, &b) - 0.25).abs() < 1e-12, "{}", weight_gap(&a, &b));
+        assert_eq!(weight_gap(&a, &b), weight_gap(&b, &a));
     }
 }

@@ -247,20 +247,20 @@ pub fn book_env() -> Vec<(String, String)> {
 
 /// What the runs that train weights from a fresh initialization get on top of
 /// `book_env`: the chapters before Chapter 5 (Chapter 4 pretrains the base
-/// model and the weight-0 model, which every later chapter and notebook
-/// loads), Chapter 16 (its teacher grows two new blocks and trains them), and
-/// the reader's Jupyter kernel. MKL honours `MKL_CBWR=AVX2` on Intel
+/// model and the weight-0 model again and compares them with the kept ones in
+/// `data/models/`), Chapter 16 (its teacher grows two new blocks and trains
+/// them), and the reader's Jupyter kernel. MKL honours `MKL_CBWR=AVX2` on Intel
 /// processors only; on any other it falls back to its own choice of code path
 /// (its verbose log then reads `CNR:AUTO`), so the sums of a matrix product are
 /// ordered differently on an AMD processor. `COMPATIBLE`, the SSE2 branch, is
 /// the one branch it runs on every x86-64 processor, at about half the speed
-/// of the AVX2 one. Training fresh weights turns a different order into
-/// weights that later flip sampled tokens: pretraining leaves them about 1e-9
-/// apart. Chapter 16's grown teacher trains new blocks from their
-/// initialization too, so it is treated the same way. A training run
-/// that starts from stored weights does not amplify the order of its own sums
-/// that far (Chapter 0 shows the evidence), so the other chapters keep the
-/// faster branch.
+/// of the AVX2 one. It is still not enough for bit-identical pretraining on
+/// Intel and AMD processors (Chapter 4's weight-0 model came out different),
+/// which is why the stored models are kept in the repository rather than
+/// trained by each machine; what `COMPATIBLE` keeps equal is what Chapter 4
+/// and Chapter 16 print. A training run that starts from stored weights does
+/// not amplify the order of its own sums that far (Chapter 0 shows the
+/// evidence), so the other chapters keep the faster branch.
 pub const FRESH_WEIGHTS: &[(&str, &str)] = &[("MKL_CBWR", "COMPATIBLE")];
 
 /// Whether `chapter` (a chapter file's name) trains weights from a fresh
