@@ -219,23 +219,25 @@ impl Tally {
     }
 }
 
-/// Chapters run two at a time (the machine has two cores). Chapters 0 to 4 come
-/// first: Chapter 4 trains and saves the base model that Chapters 5 on load.
+/// Chapters run two at a time (the machine has two cores), in one pool: no
+/// chapter waits for another, since the stored models every chapter starts
+/// from are kept in the repository (`data/models/`, see `pretrain::base_model`).
 const WORKERS: usize = 2;
 
-fn in_stages(chapters: &[Chapter], f: impl Fn(usize, &Chapter) -> Result<runner::Run> + Sync) -> Vec<Result<runner::Run>> {
-    let (early, late): (Vec<Chapter>, Vec<Chapter>) = chapters.iter().cloned().partition(|c| c.name.as_str() < "05");
-    let mut runs = util::parallel(&early, WORKERS, &f);
-    runs.extend(util::parallel(&late, WORKERS, &f));
-    runs
+fn in_pool(chapters: &[Chapter], f: impl Fn(usize, &Chapter) -> Result<runner::Run> + Sync) -> Vec<Result<runner::Run>> {
+    util::parallel(chapters, WORKERS, &f)
 }
 
 /// Seconds each chapter took in the test command's chapter stage (two chapters
-/// side by side on a 2-core machine), used only to order the chapters of a
-/// stage longest first: two workers taking chapters in that order finish a
-/// stage together, where chapter order could leave the longest chapter running
-/// alone at the end. A chapter missing here counts as [`UNMEASURED_SECONDS`].
-const STAGE_SECONDS: &[(&str, u32)] = &[
+/// side by side on a 2-core machine), used only to order the chapters longest
+/// first: two workers taking chapters in that order finish together, where
+/// chapter order could leave the longest chapter running alone at the end. A
+/// chapter missing here counts as [`UNMEASURED_SECONDS`].
+const CHAPTER_SECONDS: &[(&str, u32)] = &[
+    ("00", 2),
+    ("01", 1),
+    ("02", 1),
+    ("03", 9),
     ("04", 172),
     ("05", 116),
     ("06", 181),
@@ -252,19 +254,16 @@ const STAGE_SECONDS: &[(&str, u32)] = &[
 ];
 const UNMEASURED_SECONDS: u32 = 150;
 
-fn stage_seconds(chapter: &Chapter) -> u32 {
+fn measured_seconds(chapter: &Chapter) -> u32 {
     let number = chapter.name.get(..2).unwrap_or("");
-    STAGE_SECONDS.iter().find(|(n, _)| *n == number).map(|(_, s)| *s).unwrap_or(if number < "04" { 0 } else { UNMEASURED_SECONDS })
+    CHAPTER_SECONDS.iter().find(|(n, _)| *n == number).map(|(_, s)| *s).unwrap_or(UNMEASURED_SECONDS)
 }
 
-/// The chapters in the order the stages run them: Chapters 0 to 4, then the
-/// rest, each stage longest first (ties in chapter order).
-fn in_stage_order(chapters: Vec<Chapter>) -> Vec<Chapter> {
-    let (mut early, mut late): (Vec<Chapter>, Vec<Chapter>) = chapters.into_iter().partition(|c| c.name.as_str() < "05");
-    early.sort_by_key(|c| std::cmp::Reverse(stage_seconds(c)));
-    late.sort_by_key(|c| std::cmp::Reverse(stage_seconds(c)));
-    early.extend(late);
-    early
+/// The chapters in the order the workers take them: longest first (ties in
+/// chapter order).
+fn longest_first(mut chapters: Vec<Chapter>) -> Vec<Chapter> {
+    chapters.sort_by_key(|c| std::cmp::Reverse(measured_seconds(c)));
+    chapters
 }
 
 /// Run all chapters once; returns (chapter, outputs) and records checks.
@@ -277,9 +276,9 @@ fn run_chapters(tally: &mut Tally, write_figures: bool) -> Result<Vec<(Chapter, 
 /// [`run_chapters`] for some chapters, with `overrides` replacing variables
 /// of the book environment.
 fn run_chapters_under(tally: &mut Tally, write_figures: bool, chapters: Vec<Chapter>, overrides: &[(&str, &str)]) -> Result<Vec<(Chapter, Vec<String>)>> {
-    let chapters = in_stage_order(chapters);
+    let chapters = longest_first(chapters);
     runner::build(&chapters)?;
-    let runs = in_stages(&chapters, |_, chapter| {
+    let runs = in_pool(&chapters, |_, chapter| {
         let run = runner::execute(chapter, &scratch_figures(chapter, "runner"), overrides);
         if let Ok(run) = &run {
             eprintln!("  chapter {} ran in {:.1} s", chapter.name, run.elapsed.as_secs_f64());
@@ -322,7 +321,7 @@ fn run_chapters_under(tally: &mut Tally, write_figures: bool, chapters: Vec<Chap
 /// the notebooks, which it executes under this setting.)
 fn second_setting(tally: &mut Tally, results: &[(Chapter, Vec<String>)]) {
     let chapters: Vec<Chapter> = results.iter().map(|(c, _)| c.clone()).collect();
-    let runs = in_stages(&chapters, |_, chapter| runner::execute(chapter, &scratch_figures(chapter, "second-setting"), setup::SECOND_SETTING));
+    let runs = in_pool(&chapters, |_, chapter| runner::execute(chapter, &scratch_figures(chapter, "second-setting"), setup::SECOND_SETTING));
     for ((chapter, outputs), run) in results.iter().zip(runs) {
         let problems = match run {
             Ok(run) => {
@@ -413,10 +412,10 @@ pub fn refresh(query: Option<&str>) -> Result<()> {
         Some(q) => vec![chapter::find(q)?],
         None => chapter::all()?,
     };
-    let chapters = in_stage_order(chapters);
+    let chapters = longest_first(chapters);
     runner::build(&chapters)?;
-    // Two at a time, in the test's stages (Chapter 4 stores the base model first).
-    let runs = in_stages(&chapters, |_, chapter| runner::execute(chapter, &scratch_figures(chapter, "runner"), &[]));
+    // Two at a time, longest first, as the test runs them.
+    let runs = in_pool(&chapters, |_, chapter| runner::execute(chapter, &scratch_figures(chapter, "runner"), &[]));
     for (chapter, run) in chapters.iter().zip(runs) {
         let figures = scratch_figures(chapter, "runner");
         let run = run?;
@@ -592,9 +591,9 @@ mod tests {
     }
 
     #[test]
-    fn each_stage_runs_its_longest_chapters_first_and_an_unmeasured_one_counts_as_150_seconds() {
+    fn the_chapters_run_longest_first_and_an_unmeasured_one_counts_as_150_seconds() {
         let names = ["00-a", "01-b", "04-c", "05-d", "13-e", "16-f", "17-new"];
-        let order: Vec<String> = in_stage_order(names.iter().map(|n| chapter(n)).collect()).into_iter().map(|c| c.name).collect();
-        assert_eq!(order, ["04-c", "00-a", "01-b", "16-f", "17-new", "05-d", "13-e"]);
+        let order: Vec<String> = longest_first(names.iter().map(|n| chapter(n)).collect()).into_iter().map(|c| c.name).collect();
+        assert_eq!(order, ["16-f", "04-c", "17-new", "05-d", "13-e", "00-a", "01-b"]);
     }
 }
