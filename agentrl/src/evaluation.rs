@@ -11,7 +11,9 @@
 //! [`Report`], is written as JSON and printed as a table.
 
 use crate::book::{fnv1a, FNV_START};
+use crate::episode::parse_call;
 use crate::gym::Task;
+use crate::rollout::Played;
 use crate::stats::{paired_bootstrap, percentile};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -237,6 +239,43 @@ pub fn leaks(train: &[String], held_out: &[String], threshold: f64) -> Vec<Leak>
 }
 // ANCHOR_END: leaks
 
+// ANCHOR: conduct
+/// How a policy's episodes went, beside whether they succeeded. Each share is
+/// NaN when its denominator is empty.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Conduct {
+    /// Turns whose message was not exactly one well-formed call.
+    pub malformed_turns: f64,
+    /// Well-formed `edit` calls that named an edit on the task's menu.
+    pub edits_on_menu: f64,
+    /// Episodes that ended with `submit` (the others ran out of turns).
+    pub submitted: f64,
+    /// Episodes whose token stream outgrew `window`, the most the policy can
+    /// read: from then on it saw only the latest `window` tokens.
+    pub over_window: f64,
+}
+
+/// The [`Conduct`] of `played`, episodes of `tasks`.
+pub fn conduct(played: &[Played], tasks: &[Task], window: usize) -> Conduct {
+    let share = |count: usize, of: usize| count as f64 / of as f64;
+    let turns: usize = played.iter().map(|p| p.actions.len()).sum();
+    let malformed: usize = played.iter().map(|p| p.parse_errors).sum();
+    let edits: Vec<bool> = played
+        .iter()
+        .flat_map(|p| {
+            let menu = &tasks[p.task].menu;
+            p.actions.iter().filter_map(|a| parse_call(a)).filter(|c| c.tool == "edit").map(move |c| menu.iter().any(|e| Some(&e.name) == c.arg.as_ref()))
+        })
+        .collect();
+    Conduct {
+        malformed_turns: share(malformed, turns),
+        edits_on_menu: share(edits.iter().filter(|&&on| on).count(), edits.len()),
+        submitted: share(played.iter().filter(|p| p.info.submitted).count(), played.len()),
+        over_window: share(played.iter().filter(|p| p.ids().len() > window).count(), played.len()),
+    }
+}
+// ANCHOR_END: conduct
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,5 +399,33 @@ mod tests {
         let near: Vec<(usize, usize)> = found.iter().filter(|l| l.similarity < 1.0).map(|l| (l.held_out, l.train)).collect();
         assert!(near.contains(&(2, 1)), "{found:?}");
         assert!(!found.iter().any(|l| l.held_out >= 3), "{found:?}");
+    }
+
+    #[test]
+    fn conduct_counts_malformed_turns_edits_off_the_menu_submissions_and_long_streams() {
+        use crate::gym::Info;
+        use crate::episode::Owner;
+        use crate::rollout::Segment;
+        let task = crate::gym::Gym::standard().held_out[0].clone();
+        let on_menu = format!("<call> edit {} </call>", task.menu[0].name);
+        let episode = |actions: Vec<&str>, submitted: bool, tokens: usize| Played {
+            task: 0,
+            segments: vec![Segment { owner: Owner::Env, ids: vec![7; tokens], logprobs: vec![] }],
+            parse_errors: actions.iter().filter(|a| parse_call(a).is_none()).count(),
+            actions: actions.into_iter().map(String::from).collect(),
+            reward: 0.0,
+            info: Info { submitted, ..Info::default() },
+        };
+        let played = vec![
+            episode(vec!["<call> read </call>", &on_menu, "<call> submit </call>"], true, 100),
+            episode(vec!["<call> edit no_such_edit </call>", "garbage", "<call> edit"], false, 900),
+        ];
+        let seen = conduct(&played, std::slice::from_ref(&task), 752);
+        assert_eq!(seen.malformed_turns, 2.0 / 6.0);
+        assert_eq!(seen.edits_on_menu, 0.5);
+        assert_eq!(seen.submitted, 0.5);
+        assert_eq!(seen.over_window, 0.5);
+        assert!(conduct(&played[..1], std::slice::from_ref(&task), 50).over_window == 1.0);
+        assert!(conduct(&[], &[], 752).submitted.is_nan());
     }
 }

@@ -75,5 +75,6 @@ pub mod ch13;
 pub mod ch14;
 pub mod ch15;
 pub mod ch16;
+pub mod ch17;
 #[cfg(test)]
 mod testkit;
