@@ -25,7 +25,7 @@ use std::collections::HashSet;
 /// the chance that k samples drawn without replacement from the n contain at
 /// least one success, 1 − C(n−c, k) / C(n, k). The ratio of binomials is
 /// computed as the product ∏_{i=n−c+1}^{n} (1 − k/i), which stays between 0
-/// and 1 (the binomials themselves overflow for n in the hundreds). When
+/// and 1 (the binomials themselves overflow once n passes about a thousand). When
 /// fewer than k samples failed, every draw of k holds a success: 1.
 pub fn pass_at_k(n: usize, c: usize, k: usize) -> f64 {
     assert!(c <= n && (1..=n).contains(&k), "pass@k needs 0 <= c <= n and 1 <= k <= n (got n = {n}, c = {c}, k = {k})");
