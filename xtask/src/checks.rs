@@ -252,7 +252,7 @@ const CHAPTER_SECONDS: &[(&str, u32)] = &[
     ("14", 148),
     ("15", 231),
     ("16", 489),
-    ("17", 150),
+    ("17", 240),
 ];
 const UNMEASURED_SECONDS: u32 = 150;
 
