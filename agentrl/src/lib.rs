@@ -43,6 +43,7 @@
 //! | [`distill`] | 16 | a deeper teacher grown from the base model, off-policy distillation as SFT on a teacher's episodes, on-policy distillation (the per-token reverse KL to the teacher on the student's own tokens) as an algorithm of the loop |
 //! | [`quixbugs`] | 17 | the QuixBugs benchmark ported to Rhai (39 of its 40 programs, each with its documented one-line defect, its fix as an edit and the benchmark's test cases; the program left out and why), each program as a gym task with public and hidden tests, an issue and a menu of the fix and the gym's line edits |
 //! | [`evaluation`] | 17 | frozen task sets, the unbiased pass@k and pass^k, bootstrap intervals over tasks, paired comparisons of checkpoints, tasks needed to see a difference, leakage checks, one report format |
+//! | [`debugging`] | 18 | the dashboard (a run's metrics as one figure of panels), bugs injected into the one loop by a config switch and the healthy recipe they break, the trajectory viewer |
 
 pub mod advantage;
 pub mod agent;
@@ -50,6 +51,7 @@ pub mod bandit;
 pub mod book;
 pub mod clamp;
 pub mod curriculum;
+pub mod debugging;
 pub mod diagrams;
 pub mod distill;
 pub mod episode;

@@ -186,6 +186,12 @@ pub trait Algorithm {
     fn draw(&mut self, n: usize, tasks: usize, group: usize, _iteration: usize, rng: &mut StdRng) -> Vec<usize> {
         draw_tasks(n, tasks, group, rng)
     }
+    /// The token streams the loss is computed on, one per played episode
+    /// (default: the episodes exactly as played). Chapter 18 rewrites them to
+    /// inject bugs.
+    fn trajectories(&mut self, _model: &TinyAgent, trajectories: Vec<Trajectory>, _report: &mut Report) -> Vec<Trajectory> {
+        trajectories
+    }
     /// The episodes that get a loss (default: all).
     fn keep(&mut self, played: &[Played], _group: usize, _report: &mut Report) -> Vec<usize> {
         (0..played.len()).collect()
@@ -391,6 +397,10 @@ pub struct TrainRecord {
     #[serde(default)]
     pub played_tokens: Option<usize>,
     pub time: Option<StepTime>,
+    /// Mean over the iteration's optimiser steps of the gradient's L2 norm
+    /// over all weights, before the step.
+    #[serde(default)]
+    pub grad_norm: Option<f64>,
     /// What the algorithm reported (last minibatch for per-step numbers).
     pub extra: Report,
 }
@@ -488,14 +498,14 @@ pub fn train(
                     pending = Some(scope.spawn(move || play_with(&sampler, iteration + 1, picks)));
                 }
                 let learning = Instant::now();
-                let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
+                let trajectories = algorithm.trajectories(model, played.iter().map(Trajectory::from_played).collect(), &mut record.extra);
                 // Reward, advantage (once per rollout), and the episodes that get a loss.
                 let rewards = algorithm.rewards(&played, &trajectories, &mut record.extra);
                 let rollout = collate(&trajectories, device);
                 let advantages = algorithm.advantages(model, &trajectories, &rollout, &rewards, schedule.group, &mut record.extra); // [N, T]
                 let mut chosen = algorithm.keep(&played, schedule.group, &mut record.extra);
                 // Update: epochs × minibatches steps on the masked loss.
-                let (mut shuffle, mut loss_sum, mut entropy_sum, mut steps, mut trained_tokens) = (streams.shuffle(iteration), 0.0, 0.0, 0, 0);
+                let (mut shuffle, mut loss_sum, mut entropy_sum, mut grad_norm_sum, mut steps, mut trained_tokens) = (streams.shuffle(iteration), 0.0, 0.0, 0.0, 0, 0);
                 for _ in 0..schedule.epochs {
                     chosen.shuffle(&mut shuffle);
                     for rows in chosen.chunks(chosen.len().div_ceil(schedule.minibatches).max(1)) {
@@ -505,7 +515,11 @@ pub fn train(
                         let adv = advantages.index_select(0, &index).narrow(1, 0, minibatch.ids.size()[1]); // [b, T]
                         let forward = forward(model, &minibatch);
                         let loss = algorithm.loss(&forward, &minibatch, &adv, rows, &mut record.extra);
-                        opt.backward_step(&loss);
+                        // AdamW's step, with the gradient's norm read before it is applied.
+                        opt.zero_grad();
+                        loss.backward();
+                        grad_norm_sum += gradient_norm(model);
+                        opt.step();
                         let tokens = minibatch.mask.sum(REAL).double_value(&[]);
                         entropy_sum += (forward.entropy.detach() * &minibatch.mask).sum(REAL).double_value(&[]) / tokens.max(1.0);
                         loss_sum += loss.double_value(&[]);
@@ -517,6 +531,7 @@ pub fn train(
                 record.trained_episodes = Some(chosen.len());
                 record.loss = (steps > 0).then(|| loss_sum / steps as f64);
                 record.entropy = (steps > 0).then(|| entropy_sum / steps as f64);
+                record.grad_norm = (steps > 0).then(|| grad_norm_sum / steps as f64);
                 record.generated_tokens = Some(played.iter().map(|p| p.segments.iter().map(|s| s.logprobs.len()).sum::<usize>()).sum());
                 record.trained_tokens = Some(trained_tokens);
                 record.sequence_tokens = Some(chosen.iter().map(|&i| trajectories[i].ids.len()).sum());
@@ -535,6 +550,15 @@ pub fn train(
     model.save(&run_dir.join("final.safetensors"))?;
     bar.finish_and_clear();
     Ok(records)
+}
+
+/// The L2 norm of the gradient over all of `model`'s weights (0 for weights without one).
+pub fn gradient_norm(model: &TinyAgent) -> f64 {
+    let squares: f64 = model.vs.trainable_variables().iter().map(|v| {
+        let g = v.grad();
+        if g.defined() { g.square().sum(REAL).double_value(&[]) } else { 0.0 }
+    }).sum();
+    squares.sqrt()
 }
 
 /// The records of a run, read back from its metrics file.

@@ -440,7 +440,7 @@ mod tests {
         let b = { let _turn = crate::book::seeded(3); TinyAgent::new(config, Device::Cpu) };
         assert_eq!(weight_gap(&a, &b), 0.0);
         tch::no_grad(|| {
-            let mut w = b.vs.variables()["wte.weight"].shallow_clone();
+            let w = b.vs.variables()["wte.weight"].shallow_clone();
             let _ = w.get(2).get(5).f_add_(&Tensor::from(-0.25)).unwrap();
             let _ = w.get(0).get(0).f_add_(&Tensor::from(0.125)).unwrap();
         });

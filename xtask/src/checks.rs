@@ -253,6 +253,7 @@ const CHAPTER_SECONDS: &[(&str, u32)] = &[
     ("15", 231),
     ("16", 489),
     ("17", 240),
+    ("18", 230),
 ];
 const UNMEASURED_SECONDS: u32 = 150;
 
@@ -584,6 +585,19 @@ pub fn test(jupyter: bool) -> Result<()> {
     tally.finish()
 }
 
+/// `cargo xtask dashboard RUN_DIR [OUT]`: the run's dashboard as one SVG
+/// (Chapter 18), drawn by the library's `dashboard` binary in the book environment.
+pub fn dashboard(run_dir: &Path, out: Option<&Path>) -> Result<()> {
+    setup::all(false)?;
+    let absolute = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf()) };
+    let mut cmd = Command::new("cargo");
+    cmd.args(["run", "--quiet", "--release", "-p", "agentrl", "--bin", "dashboard", "--"]).arg(absolute(run_dir));
+    if let Some(out) = out {
+        cmd.arg(absolute(out));
+    }
+    run(cmd.envs(setup::book_env()).current_dir(root()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,8 +608,9 @@ mod tests {
 
     #[test]
     fn the_chapters_run_longest_first_and_an_unmeasured_one_counts_as_150_seconds() {
-        let names = ["00-a", "01-b", "04-c", "05-d", "13-e", "16-f", "18-new"];
+        let names = ["00-a", "01-b", "04-c", "05-d", "13-e", "16-f", "19-new"];
         let order: Vec<String> = longest_first(names.iter().map(|n| chapter(n)).collect()).into_iter().map(|c| c.name).collect();
-        assert_eq!(order, ["16-f", "04-c", "18-new", "05-d", "13-e", "00-a", "01-b"]);
+        assert_eq!(order, ["16-f", "04-c", "19-new", "05-d", "13-e", "00-a", "01-b"]);
     }
 }
+

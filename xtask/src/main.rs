@@ -62,6 +62,9 @@ enum Cmd {
         #[arg(long)]
         stored: bool,
     },
+    /// Draw the dashboard of a training run (Chapter 18): RUN_DIR holds its metrics.jsonl and
+    /// schedule.json; the figure goes to OUT (default RUN_DIR/dashboard.svg).
+    Dashboard { run_dir: std::path::PathBuf, out: Option<std::path::PathBuf> },
     /// Print, for each training run a chapter wrote, its training success and tokens per iteration
     /// (the lines a failed output check prints, to compare two machines).
     Runs { chapter: String },
@@ -90,6 +93,7 @@ fn main() {
         Cmd::Html => checks::html(),
         Cmd::Perf { stored } => perf::perf(stored),
         Cmd::Setting { vars, chapters } => checks::setting(&vars, &chapters),
+        Cmd::Dashboard { run_dir, out } => checks::dashboard(&run_dir, out.as_deref()),
         Cmd::Runs { chapter } => crate::chapter::find(&chapter).map(|c| {
             for line in checks::run_fingerprints(&c.name) {
                 println!("{line}");

@@ -16,7 +16,7 @@ pub fn build() -> Result<()> {
     std::fs::create_dir_all(&figures).map_err(|e| e.to_string())?;
     for entry in std::fs::read_dir(root().join("figures")).map_err(|e| e.to_string())? {
         let path = entry.map_err(|e| e.to_string())?.path();
-        if path.extension().is_some_and(|ext| ext == "svg" || ext == "png") {
+        if path.extension().is_some_and(|ext| ext == "svg" || ext == "png" || ext == "html") {
             std::fs::copy(&path, figures.join(path.file_name().unwrap())).map_err(|e| e.to_string())?;
         }
     }
@@ -103,15 +103,96 @@ pub fn check_html() -> Result<()> {
             problems.push(format!("chapter {} has no page in the built book", chapter.name));
             continue;
         }
-        let figures = chapter.figures().len() as u64;
+        // Images only: a chapter may also link to a page it generates (Chapter 18's viewer).
+        let figures = chapter.figures().iter().filter(|f| f.ends_with(".svg") || f.ends_with(".png")).count() as u64;
         let math = chapter.lines.iter().any(|line| line.contains('$'));
         problems.extend(check_page(&format!("http://127.0.0.1:{port}/{page}"), &page, figures, math).unwrap_or_else(|e| vec![e]));
+    }
+    // Pages a chapter generates (Chapter 18's trajectory viewer): they load, navigate and count right.
+    for entry in std::fs::read_dir(book.join("figures")).map_err(|e| e.to_string())? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|e| e == "html") {
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            problems.extend(check_viewer(&format!("http://127.0.0.1:{port}/figures/{name}"), &name, &util::read(&path)?).unwrap_or_else(|e| vec![e]));
+        }
     }
     if problems.is_empty() {
         Ok(())
     } else {
         Err(problems.join("\n"))
     }
+}
+
+/// What a trajectory viewer's `#counts` line must read for each of its
+/// episodes, computed here from the data the page embeds (not by its script).
+fn expected_counts(html: &str) -> Result<Vec<String>> {
+    let start = html.find("id=\"episodes\">").ok_or("the viewer holds no episode data")? + "id=\"episodes\">".len();
+    let end = start + html[start..].find("</script>").ok_or("the episode data is not closed")?;
+    let episodes: Vec<serde_json::Value> = serde_json::from_str(&html[start..end]).map_err(|e| format!("the episode data is not JSON: {e}"))?;
+    let n = episodes.len();
+    episodes
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let tokens = e["tokens"].as_array().ok_or("an episode without tokens")?;
+            let policy = tokens.iter().filter(|t| t["owner"] == "policy").count();
+            let masked = tokens.iter().filter(|t| t["mask"] == true).count();
+            let reward = e["reward"].as_f64().ok_or("an episode without a reward")?;
+            Ok(format!("episode {} of {n} · {} · reward {reward} · {} tokens · {policy} by the policy · {masked} in the loss", i + 1, e["title"].as_str().unwrap_or_default(), tokens.len()))
+        })
+        .collect()
+}
+
+/// Load a trajectory viewer in Chromium, step through it with its buttons and
+/// check what it shows against the data it embeds.
+fn check_viewer(url: &str, page: &str, html: &str) -> Result<Vec<String>> {
+    let expected = expected_counts(html)?;
+    let chromium = setup::chromium_path().ok_or("chromium is not installed (cargo xtask setup --browser)")?;
+    let mut tab = crate::cdp::Page::open(&chromium, (1200, 900))?;
+    tab.navigate(url)?;
+    let probe = r#"(() => {
+        const read = () => document.getElementById('counts').textContent;
+        const next = document.getElementById('next'), prev = document.getElementById('prev');
+        const shown = [read()];
+        const prevDisabledAtStart = prev.disabled;
+        while (!next.disabled && shown.length < 10000) { next.click(); shown.push(read()); }
+        prev.click();
+        const afterPrev = read();
+        const spans = document.querySelectorAll('#tokens span').length;
+        const masked = document.querySelectorAll('#tokens span[data-mask="1"]').length;
+        document.querySelector('input[value=advantage]').click();
+        document.dispatchEvent(new KeyboardEvent('keydown', { key: 'ArrowLeft' }));
+        return JSON.stringify({ shown, prevDisabledAtStart, afterPrev, spans, masked, afterKey: read() });
+    })()"#;
+    let value = tab.evaluate(probe)?;
+    let facts: serde_json::Value = serde_json::from_str(value.as_str().ok_or("the viewer probe returned nothing")?).map_err(|e| e.to_string())?;
+    let shown: Vec<String> = facts["shown"].as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect()).unwrap_or_default();
+    eprintln!("  figures/{page}: {} episodes stepped through", shown.len());
+    let mut problems = Vec::new();
+    if shown != expected {
+        let first = shown.iter().zip(&expected).position(|(a, b)| a != b).unwrap_or(shown.len().min(expected.len()));
+        problems.push(format!("figures/{page}: the viewer showed {} episodes, the data holds {}; first difference at episode {}: {:?} vs {:?}", shown.len(), expected.len(), first + 1, shown.get(first), expected.get(first)));
+    }
+    if facts["prevDisabledAtStart"] != true {
+        problems.push(format!("figures/{page}: 'previous' is enabled on the first episode"));
+    }
+    let n = expected.len();
+    if n >= 2 && facts["afterPrev"].as_str() != expected.get(n - 2).map(|s| s.as_str()) {
+        problems.push(format!("figures/{page}: 'previous' from the last episode did not show episode {}", n - 1));
+    }
+    // The page's spans on episode n − 1 (after 'previous'), against the data.
+    if n >= 2 && !expected[n - 2].contains(&format!("· {} tokens ·", facts["spans"])) {
+        problems.push(format!("figures/{page}: {} token spans shown for: {}", facts["spans"], expected[n - 2]));
+    }
+    if n >= 2 && !expected[n - 2].ends_with(&format!("· {} in the loss", facts["masked"])) {
+        problems.push(format!("figures/{page}: {} spans marked as in the loss for: {}", facts["masked"], expected[n - 2]));
+    }
+    if n >= 3 && facts["afterKey"].as_str() != expected.get(n - 3).map(|s| s.as_str()) {
+        problems.push(format!("figures/{page}: the left arrow key did not step back"));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    problems.extend(tab.errors().iter().map(|e| format!("figures/{page}: {e}")));
+    Ok(problems)
 }
 
 /// The relative `href` and `src` targets of `html` (a page at the top of `book`)
