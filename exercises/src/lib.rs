@@ -76,5 +76,6 @@ pub mod ch14;
 pub mod ch15;
 pub mod ch16;
 pub mod ch17;
+pub mod ch18;
 #[cfg(test)]
 mod testkit;
