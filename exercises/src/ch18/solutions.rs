@@ -31,7 +31,7 @@ pub fn diagnose(run: &[TrainRecord], healthy: &[TrainRecord]) -> Option<Bug> {
         return Some(Bug::StaleLogprobs); // ratios far from 1 from the first minibatch on
     }
     let late = |records: &[TrainRecord]| mean(&values(records, Panel::Reward)[training / 2..]);
-    if late(run) < late(healthy) - 0.1 {
+    if late(run) < late(healthy) - 0.2 {
         return Some(Bug::AdvantageSignFlipped); // reward falls while the healthy run's rises
     }
     None
