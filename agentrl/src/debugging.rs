@@ -132,7 +132,7 @@ fn retokenize(bpe: &Bpe, t: Trajectory) -> (Trajectory, bool) {
     (Trajectory { ids, owners, logprobs, ..t }, changed)
 }
 
-/// The last column of every row of `x` [N, T'] cut or padded with zeros to `t`.
+/// `x` [N, T'] cut or padded with zero columns to [N, t].
 fn fit_columns(x: &Tensor, t: i64) -> Tensor {
     let (n, width) = x.size2().unwrap();
     if width >= t {
@@ -326,6 +326,7 @@ impl Panel {
 
 /// A run as the dashboard draws it: a label and the records of one or more
 /// seeds (a band over the seeds when there are several).
+#[derive(Clone)]
 pub struct DashboardRun<'a> {
     pub label: String,
     pub seeds: Vec<&'a [TrainRecord]>,
@@ -371,7 +372,7 @@ pub fn dashboard(runs: &[DashboardRun]) -> Vec<LineChart> {
 pub fn signature_charts(healthy: &DashboardRun, bugs: &[(DashboardRun, Panel)]) -> Vec<LineChart> {
     bugs.iter()
         .map(|(run, panel)| {
-            let both = [DashboardRun { label: healthy.label.clone(), seeds: healthy.seeds.clone(), epochs: healthy.epochs }, DashboardRun { label: run.label.clone(), seeds: run.seeds.clone(), epochs: run.epochs }];
+            let both = [healthy.clone(), run.clone()];
             let index = Panel::ALL.iter().position(|p| p == panel).expect("a panel of the dashboard");
             let mut chart = dashboard(&both).swap_remove(index);
             chart.title = format!("{}: {}", run.label, chart.title);
