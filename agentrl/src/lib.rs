@@ -44,6 +44,7 @@
 //! | [`quixbugs`] | 17 | the QuixBugs benchmark ported to Rhai (39 of its 40 programs, each with its documented one-line defect, its fix as an edit and the benchmark's test cases; the program left out and why), each program as a gym task with public and hidden tests, an issue and a menu of the fix and the gym's line edits |
 //! | [`evaluation`] | 17 | frozen task sets, the unbiased pass@k and pass^k, bootstrap intervals over tasks, paired comparisons of checkpoints, tasks needed to see a difference, leakage checks, one report format |
 //! | [`debugging`] | 18 | the dashboard (a run's metrics as one figure of panels), bugs injected into the one loop by a config switch and the healthy recipe they break, the trajectory viewer |
+//! | [`fuzzing`] | 19 | a grammar-aware fuzzer for the call parser, the environment step and both sandboxed runners: grammars of actions and Rhai sources, mutations, the properties every input must keep, a catalogue of hostile messages |
 
 pub mod advantage;
 pub mod agent;
@@ -56,6 +57,7 @@ pub mod diagrams;
 pub mod distill;
 pub mod episode;
 pub mod evaluation;
+pub mod fuzzing;
 pub mod exchange;
 pub mod grpo;
 pub mod finetune;

@@ -90,6 +90,9 @@ impl Default for RunLimits {
 /// Distinct sources whose compiled form is kept; the least recently used goes first.
 pub const PROGRAM_CACHE_CAPACITY: usize = 1_024;
 
+/// Characters of a load error shown in its line; the rest is cut.
+pub const MAX_ERROR_CHARS: usize = 200;
+
 /// Functions a script may define in one source.
 pub const MAX_FUNCTIONS: usize = 64;
 
@@ -255,7 +258,8 @@ impl Guarded {
     fn run_here(&self, source: &str, tests: &[Test]) -> Vec<TestLine> {
         let program = match self.compile(source) {
             Ok(program) => program,
-            Err(err) => return vec![TestLine { passed: false, text: format!("FAIL load error: {err}") }],
+            // The interpreter's message can quote the source, control characters included.
+            Err(err) => return vec![TestLine { passed: false, text: format!("FAIL load error: {}", shorten(&err, MAX_ERROR_CHARS)) }],
         };
         tests
             .iter()

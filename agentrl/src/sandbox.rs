@@ -200,12 +200,16 @@ pub fn same_value(a: &Dynamic, b: &Dynamic) -> bool {
     }
 }
 
+/// Control and bidirectional-formatting characters: what [`shorten`] escapes.
+pub fn unsafe_char(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// Text safe to show an agent: at most `max` characters, `...` marking a cut,
 /// and control and bidirectional-formatting characters (NUL, escape, newline,
 /// right-to-left override, ...) written as escapes such as `\u{202e}`, so that
 /// what a script returns cannot forge lines or reorder what is displayed.
 pub fn shorten(text: &str, max: usize) -> String {
-    let unsafe_char = |c: char| c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
     let mut out = String::new();
     for (count, c) in text.chars().enumerate() {
         if count == max {

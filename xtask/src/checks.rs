@@ -598,6 +598,23 @@ pub fn dashboard(run_dir: &Path, out: Option<&Path>) -> Result<()> {
     run(cmd.envs(setup::book_env()).current_dir(root()))
 }
 
+/// `cargo xtask fuzz`: build the fuzzer and the sandbox's child process, then fuzz; the report
+/// goes to target/fuzz/report.json.
+pub fn fuzz(inputs: u64, seed: u64, targets: &[String]) -> Result<()> {
+    setup::all(false)?;
+    let mut build = Command::new("cargo");
+    build.args(["build", "--quiet", "--release", "-p", "agentrl", "--bin", "fuzz", "--bin", "sandbox-child"]);
+    run(build.envs(setup::book_env()).current_dir(root()))?;
+    let report = root().join("target/fuzz/report.json");
+    std::fs::create_dir_all(report.parent().expect("a directory")).map_err(|e| format!("cannot create target/fuzz: {e}"))?;
+    let mut cmd = Command::new(root().join("target/release/fuzz"));
+    cmd.args(["--inputs", &inputs.to_string(), "--seed", &seed.to_string(), "--threads", "2", "--report"]).arg(&report);
+    for target in targets {
+        cmd.args(["--target", target]);
+    }
+    run(cmd.envs(setup::book_env()).current_dir(root()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -65,6 +65,18 @@ enum Cmd {
     /// Draw the dashboard of a training run (Chapter 18): RUN_DIR holds its metrics.jsonl and
     /// schedule.json; the figure goes to OUT (default RUN_DIR/dashboard.svg).
     Dashboard { run_dir: std::path::PathBuf, out: Option<std::path::PathBuf> },
+    /// Fuzz the call parser, the environment step and both sandboxed runners (Chapter 19):
+    /// INPUTS in all (default ten million), seeded; prints counts by outcome, the slowest input,
+    /// memory, and every property that broke, and fails if any did.
+    Fuzz {
+        #[arg(long, default_value_t = 10_000_000)]
+        inputs: u64,
+        #[arg(long, default_value_t = 19)]
+        seed: u64,
+        /// Only these targets: "call parser", "environment step", "in-process runner", "child-process runner".
+        #[arg(long = "target")]
+        targets: Vec<String>,
+    },
     /// Print, for each training run a chapter wrote, its training success and tokens per iteration
     /// (the lines a failed output check prints, to compare two machines).
     Runs { chapter: String },
@@ -94,6 +106,7 @@ fn main() {
         Cmd::Perf { stored } => perf::perf(stored),
         Cmd::Setting { vars, chapters } => checks::setting(&vars, &chapters),
         Cmd::Dashboard { run_dir, out } => checks::dashboard(&run_dir, out.as_deref()),
+        Cmd::Fuzz { inputs, seed, targets } => checks::fuzz(inputs, seed, &targets),
         Cmd::Runs { chapter } => crate::chapter::find(&chapter).map(|c| {
             for line in checks::run_fingerprints(&c.name) {
                 println!("{line}");

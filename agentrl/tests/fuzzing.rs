@@ -1,0 +1,28 @@
+//! Chapter 19: the fuzzer over the child-process runner, end to end with its child binary
+//! (only integration tests are told where cargo put `sandbox-child`).
+
+use agentrl::fuzzing::{check_lines, fuzz, FuzzConfig, Pools, Target, FOUND_SOURCES};
+use agentrl::runner::{Guarded, ProcessRunner, Test, TestRunner};
+use std::path::PathBuf;
+
+fn child() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_sandbox-child"))
+}
+
+#[test]
+fn the_child_process_runner_keeps_every_property_under_fuzzing() {
+    let config = FuzzConfig { seed: 5, threads: 2, child: child() };
+    let report = fuzz(Target::ProcessRunner, 400, &config, &Pools::standard(), &|_| {});
+    assert!(report.clean(256.0), "{:#?}", report.findings.iter().take(3).collect::<Vec<_>>());
+    assert!(report.outcomes.len() >= 4, "too few kinds of outcome: {:?}", report.outcomes);
+}
+
+#[test]
+fn the_found_sources_give_the_same_lines_in_the_child() {
+    let tests = vec![Test::new("f(1)", "1")];
+    for (name, source) in FOUND_SOURCES {
+        let lines = ProcessRunner::new(child()).run(source, &tests);
+        assert_eq!(lines, Guarded::shared().run(source, &tests), "{name}");
+        assert_eq!(check_lines(&lines, &tests, 80), None, "{name}");
+    }
+}
