@@ -45,11 +45,13 @@
 //! | [`evaluation`] | 17 | frozen task sets, the unbiased pass@k and pass^k, bootstrap intervals over tasks, paired comparisons of checkpoints, tasks needed to see a difference, leakage checks, one report format |
 //! | [`debugging`] | 18 | the dashboard (a run's metrics as one figure of panels), bugs injected into the one loop by a config switch and the healthy recipe they break, the trajectory viewer |
 //! | [`fuzzing`] | 19 | a grammar-aware fuzzer for the call parser, the environment step and both sandboxed runners: grammars of actions and Rhai sources, mutations, the properties every input must keep, a catalogue of hostile messages |
+//! | [`capstone`] | 19 | the capstone run: its task sets (with a validation set), a warm start by SFT, GRPO++ on the hidden-test reward under an exploit monitor, resumable checkpoints, evaluation of every seed on held-out instances, held-out families and QuixBugs, the goals |
 
 pub mod advantage;
 pub mod agent;
 pub mod bandit;
 pub mod book;
+pub mod capstone;
 pub mod clamp;
 pub mod curriculum;
 pub mod debugging;

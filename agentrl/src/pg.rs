@@ -762,8 +762,8 @@ pub fn latest_state(run_dir: &Path) -> Option<(usize, PathBuf)> {
 /// [`train`] with the written-out [`AdamW`], saving the weights, the
 /// optimiser's moments and steps, the algorithm's state and the iteration
 /// every `resumable.every` iterations (into `state-NNNN/`, complete or not at
-/// all), and starting from the newest saved state in `run_dir` if there is
-/// one. A run stopped after any saved iteration and started again ends with
+/// all; older states are then removed), and starting from the newest saved
+/// state in `run_dir` if there is one. A run stopped after any saved iteration and started again ends with
 /// the same weights and metrics, bit for bit, as a run never stopped.
 pub fn train_resumable(
     model: &mut TinyAgent,
@@ -817,6 +817,13 @@ pub fn train_resumable(
         opt.save(&part)?;
         std::fs::write(part.join("state.json"), serde_json::to_string_pretty(&state).map_err(|err| err.to_string())?).map_err(|err| format!("cannot write the run state: {err}"))?;
         std::fs::rename(&part, run_dir.join(format!("state-{iterations:04}"))).map_err(|err| format!("cannot complete the state: {err}"))?;
+        // Only the newest state is needed (about three copies of the weights each).
+        for entry in std::fs::read_dir(run_dir).map_err(|err| err.to_string())?.filter_map(|entry| entry.ok()) {
+            let older = entry.file_name().to_str().and_then(|name| name.strip_prefix("state-")?.parse::<usize>().ok()).is_some_and(|n| n < iterations);
+            if older {
+                std::fs::remove_dir_all(entry.path()).map_err(|err| format!("cannot remove an old state: {err}"))?;
+            }
+        }
         Ok(resumable.stop_after == Some(iterations))
     };
     run_loop(model, bpe, tasks, schedule, algorithm, run_dir, &mut opt, done, &mut after)

@@ -615,6 +615,20 @@ pub fn fuzz(inputs: u64, seed: u64, targets: &[String]) -> Result<()> {
     run(cmd.envs(setup::book_env()).current_dir(root()))
 }
 
+/// `cargo xtask capstone`: the capstone binary in release mode, under the book's settings.
+pub fn capstone(short: bool, record: bool) -> Result<()> {
+    setup::all(false)?;
+    let mut cmd = Command::new("cargo");
+    cmd.args(["run", "--quiet", "--release", "-p", "agentrl", "--bin", "capstone", "--"]);
+    if short {
+        cmd.arg("--short");
+    }
+    if record {
+        cmd.arg("--record").arg(root().join("data/capstone-report.json"));
+    }
+    run(cmd.envs(setup::book_env()).current_dir(root()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -77,6 +77,15 @@ enum Cmd {
         #[arg(long = "target")]
         targets: Vec<String>,
     },
+    /// The capstone (Chapter 19): warm start, RL, evaluation of three seeds and the goals, about
+    /// ten minutes on two cores; started again after a stop, it resumes. `--short` runs the
+    /// chapter's short configuration; `--record` also writes data/capstone-report.json.
+    Capstone {
+        #[arg(long)]
+        short: bool,
+        #[arg(long)]
+        record: bool,
+    },
     /// Print, for each training run a chapter wrote, its training success and tokens per iteration
     /// (the lines a failed output check prints, to compare two machines).
     Runs { chapter: String },
@@ -107,6 +116,7 @@ fn main() {
         Cmd::Setting { vars, chapters } => checks::setting(&vars, &chapters),
         Cmd::Dashboard { run_dir, out } => checks::dashboard(&run_dir, out.as_deref()),
         Cmd::Fuzz { inputs, seed, targets } => checks::fuzz(inputs, seed, &targets),
+        Cmd::Capstone { short, record } => checks::capstone(short, record),
         Cmd::Runs { chapter } => crate::chapter::find(&chapter).map(|c| {
             for line in checks::run_fingerprints(&c.name) {
                 println!("{line}");
