@@ -32,7 +32,8 @@ use tch::Tensor;
 /// The capstone's task sets. Training and validation come from the six
 /// families of Chapter 12's split; the held-out families are its other two.
 pub struct Split {
-    /// The gym's training tasks of the six families (named ops, exploits on the menus).
+    /// The gym's training tasks of the six families (named ops, exploits on
+    /// the menus) and [`EXTRA_PER_FAMILY`] new instances of each.
     pub train: Vec<Task>,
     /// Five new instances per training family, for choosing settings; never reported as a result.
     pub validation: Vec<Task>,
@@ -44,23 +45,32 @@ pub struct Split {
     pub quixbugs: Vec<Task>,
 }
 
-/// Validation instances are drawn from seeds at and above this one.
+/// Validation instances are drawn from seeds at and above this one, extra
+/// training instances from seeds at and above [`EXTRA_SEEDS`].
 pub const VALIDATION_SEEDS: u64 = 2_000_000;
+pub const EXTRA_SEEDS: u64 = 3_000_000;
+/// New training instances per family on top of the gym's 20, where the family has that many sources.
+pub const EXTRA_PER_FAMILY: usize = 80;
+
+/// Seeds tried per family for new instances: some families have only a few
+/// dozen distinct sources, and the search stops here rather than run forever.
+pub const SEEDS_TRIED: u64 = 5_000;
+
+/// Up to `count` instances of `family` from the [`SEEDS_TRIED`] seeds at and
+/// above `first`, each with a source not in `seen`.
+fn fresh(family: Family, first: u64, count: usize, split: &str, seen: &mut HashSet<String>) -> Vec<Task> {
+    (first..first + SEEDS_TRIED).map(|seed| generate(family, seed, format!("{split}-{family}-{seed}"))).filter(|t| seen.insert(t.source.clone())).take(count).collect()
+}
 
 pub fn split(gym: &Gym) -> Split {
     let held = |task: &Task| HELD_OUT_FAMILIES.contains(&task.family);
-    let mut seen: HashSet<&str> = gym.train.iter().chain(&gym.held_out).map(|t| t.source.as_str()).collect();
-    let mut validation = Vec::new();
+    let mut seen: HashSet<String> = gym.train.iter().chain(&gym.held_out).map(|t| t.source.clone()).collect();
     let trained: Vec<Family> = Family::ALL.into_iter().filter(|f| !HELD_OUT_FAMILIES.contains(f)).collect();
-    let drafts: Vec<Task> = trained
-        .iter()
-        .flat_map(|&family| (VALIDATION_SEEDS..).map(move |seed| generate(family, seed, format!("validation-{family}-{seed}"))).take(50))
-        .collect();
-    for family in trained {
-        validation.extend(drafts.iter().filter(|t| t.family == family && seen.insert(t.source.as_str())).take(5).cloned());
-    }
+    let validation: Vec<Task> = trained.iter().flat_map(|&f| fresh(f, VALIDATION_SEEDS, 5, "validation", &mut seen)).collect();
+    let mut train: Vec<Task> = gym.train.iter().filter(|t| !held(t)).cloned().collect();
+    train.extend(trained.iter().flat_map(|&f| fresh(f, EXTRA_SEEDS, EXTRA_PER_FAMILY, "extra", &mut seen)));
     Split {
-        train: gym.train.iter().filter(|t| !held(t)).cloned().collect(),
+        train,
         validation,
         instances: gym.held_out.iter().filter(|t| !held(t)).cloned().collect(),
         families: gym.held_out.iter().filter(|t| held(t)).cloned().collect(),
@@ -86,23 +96,23 @@ pub struct CapstoneConfig {
     pub samples: [usize; 3],
     /// The k of pass@k reported.
     pub ks: Vec<usize>,
-    /// Runs trained at a time.
+    /// Models evaluated at a time (every seed's RL runs at once).
     pub threads: usize,
 }
 
 impl CapstoneConfig {
-    /// The full run: three seeds, each 120 SFT steps on 256 transcripts, then
+    /// The full run: three seeds, each 120 SFT steps on 512 transcripts, then
     /// 150 iterations of GRPO++ at a learning rate falling from 3·10⁻⁴ to
-    /// 3·10⁻⁵; 32 episodes per held-out task, 8 per QuixBugs program.
+    /// 3·10⁻⁵; 32 episodes per held-out task, 4 per QuixBugs program.
     pub fn full() -> CapstoneConfig {
         CapstoneConfig {
             name: "capstone".into(),
             seeds: vec![0, 1, 2],
-            transcripts: 256,
+            transcripts: 512,
             sft_steps: 120,
             rl: TrainConfig { name: "capstone".into(), iterations: 150, lr: 3e-4, lr_end: 3e-5, eval_every: 25, eval_episodes: 2, ..TrainConfig::grpo_plus_plus() },
             checkpoint_every: 10,
-            samples: [32, 32, 8],
+            samples: [32, 32, 4],
             ks: vec![1, 2, 4, 8, 16, 32],
             threads: 2,
         }
@@ -211,68 +221,84 @@ fn scores(played: &[Played], tasks: &[Task], samples: usize) -> Vec<TaskScore> {
 }
 
 // ANCHOR: evaluate
-/// A model on the three held-out sets, each on the stream named after the set
-/// and the seed (so a seed's warm start and trained agent meet the same draws).
-pub fn evaluate(model: &TinyAgent, bpe: &crate::tokenizer::Bpe, split: &Split, config: &CapstoneConfig, seed: u64, name: &str) -> Vec<Evaluated> {
-    let sets = [&split.instances, &split.families, &split.quixbugs];
-    sets.iter()
-        .zip(SETS)
-        .zip(config.samples)
-        .map(|((tasks, set), samples)| {
-            let played = evaluation_episodes(model, bpe, tasks, samples, &mut Streams::new(19).stream(&format!("capstone {set}"), seed as usize));
-            let ks: Vec<usize> = config.ks.iter().copied().filter(|&k| k <= samples).collect();
-            Evaluated {
-                report: Report::new(name, &task_set_fingerprint(tasks), 19 + seed, scores(&played, tasks, samples), &ks),
-                hacked: played.iter().filter(|p| p.info.hacked).count(),
-                episodes: played.len(),
-            }
-        })
-        .collect()
+/// A model on held-out set `set` (an index into [`SETS`]), on the stream named
+/// after the set and the seed, so a seed's warm start and trained agent meet the same draws.
+pub fn evaluate(model: &TinyAgent, bpe: &crate::tokenizer::Bpe, split: &Split, config: &CapstoneConfig, seed: u64, set: usize, name: &str) -> Evaluated {
+    let tasks = [&split.instances, &split.families, &split.quixbugs][set];
+    let samples = config.samples[set];
+    let played = evaluation_episodes(model, bpe, tasks, samples, &mut Streams::new(19).stream(&format!("capstone {}", SETS[set]), seed as usize));
+    let ks: Vec<usize> = config.ks.iter().copied().filter(|&k| k <= samples).collect();
+    Evaluated {
+        report: Report::new(name, &task_set_fingerprint(tasks), 19 + seed, scores(&played, tasks, samples), &ks),
+        hacked: played.iter().filter(|p| p.info.hacked).count(),
+        episodes: played.len(),
+    }
 }
 // ANCHOR_END: evaluate
 
 // ANCHOR: run
-/// The capstone: for every seed, warm start, RL and evaluation, `threads`
-/// seeds at a time, in `root/seed-S/`. A run stopped part way (killed, or the
-/// machine restarted) picks up where it stopped: the warm start is kept once
-/// written, RL resumes from its newest saved state. `tick` hears of every
-/// finished stage (3 per seed).
+/// The capstone in `root/seed-S/`: every seed's warm start, then every seed's
+/// RL at once, then the evaluations, `threads` at a time. A run stopped part
+/// way (killed, or the machine restarted) picks up where it stopped: a warm
+/// start is kept once written, RL resumes from its newest saved state. `tick`
+/// hears of every finished stage (warm start and RL per seed, each evaluation).
 pub fn run(config: &CapstoneConfig, root: &Path, tick: &(dyn Fn(&str) + Sync)) -> Result<CapstoneReport, String> {
     let start = Instant::now();
     let gym = Gym::standard();
     let split = split(&gym);
     base_model(&gym.train); // on disk before the threads load it
-    let results = side_by_side(config.seeds.clone(), config.threads, |seed| -> Result<SeedResult, String> {
-        let dir = root.join(format!("seed-{seed}"));
-        let (bpe, base) = load_model(&base_dir())?;
-        // Warm start: SFT on the oracle's transcripts of the training tasks, in an order of this seed.
-        let warm_dir = dir.join("warm-start");
-        if !warm_dir.join("tinyagent.safetensors").exists() {
-            let mut model = crate::pg::copy_model(&base, None);
+    let warm_dir = |seed: u64| root.join(format!("seed-{seed}")).join("warm-start");
+    // Warm start: SFT on the oracle's transcripts of the training tasks, in an order of each seed.
+    side_by_side(config.seeds.clone(), config.threads, |seed| -> Result<(), String> {
+        if !warm_dir(seed).join("tinyagent.safetensors").exists() {
+            let (bpe, mut model) = load_model(&base_dir())?;
             let transcripts = oracle_transcripts(&split.train, config.transcripts, &mut Streams::new(seed).tasks(0));
             sft(&mut model, &bpe, &transcripts, &PretrainConfig { seed, steps: config.sft_steps, ..SFT });
-            save_model(&warm_dir, &bpe, &model)?;
+            save_model(&warm_dir(seed), &bpe, &model)?;
         }
         tick(&format!("seed {seed}: warm start"));
-        // RL on the hidden-test reward, watched by the exploit monitor, resumable.
-        let (_, mut model) = load_model(&warm_dir)?;
-        let rl = config.rl.seeded(seed);
-        let (schedule, inner) = rl.run(Box::new(Plain));
+        Ok(())
+    })
+    .into_iter()
+    .collect::<Result<Vec<()>, String>>()?;
+    // RL on the hidden-test reward, watched by the exploit monitor, resumable; all seeds at once.
+    let runs = side_by_side(config.seeds.clone(), config.seeds.len(), |seed| -> Result<Vec<TrainRecord>, String> {
+        let (bpe, mut model) = load_model(&warm_dir(seed))?;
+        let (schedule, inner) = config.rl.seeded(seed).run(Box::new(Plain));
         let mut algorithm = Monitored { tasks: split.train.clone(), inner };
-        let records: Vec<TrainRecord> = train_resumable(&mut model, &bpe, (&split.train, &split.validation), &schedule, &mut algorithm, &dir.join("rl"), &Resumable { every: config.checkpoint_every, stop_after: None })?;
+        let dir = root.join(format!("seed-{seed}")).join("rl");
+        let records = train_resumable(&mut model, &bpe, (&split.train, &split.validation), &schedule, &mut algorithm, &dir, &Resumable { every: config.checkpoint_every, stop_after: None })?;
         tick(&format!("seed {seed}: RL"));
-        let warm = TinyAgent::load(base.config, &warm_dir.join("tinyagent.safetensors"), model.device())?;
-        let result = SeedResult {
+        Ok(records)
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>, String>>()?;
+    // Every seed's warm start and trained agent on each held-out set, as separate jobs.
+    let jobs: Vec<(usize, bool, usize)> = (0..config.seeds.len()).flat_map(|i| [false, true].into_iter().flat_map(move |trained| (0..SETS.len()).map(move |set| (i, trained, set)))).collect();
+    let evaluated = side_by_side(jobs, config.threads, |(i, trained, set)| -> Result<Evaluated, String> {
+        let seed = config.seeds[i];
+        let (bpe, warm) = load_model(&warm_dir(seed))?;
+        let model = if trained { TinyAgent::load(warm.config, &root.join(format!("seed-{seed}")).join("rl").join("final.safetensors"), warm.device())? } else { warm };
+        let name = format!("{}, seed {seed}", if trained { "trained" } else { "warm start" });
+        let result = evaluate(&model, &bpe, &split, config, seed, set, &name);
+        tick(&format!("seed {seed}: {name} on {}", SETS[set]));
+        Ok(result)
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>, String>>()?;
+    let mut evaluated = evaluated.into_iter();
+    let seeds = config
+        .seeds
+        .iter()
+        .zip(&runs)
+        .map(|(&seed, records)| SeedResult {
             seed,
-            warm: evaluate(&warm, &bpe, &split, config, seed, &format!("warm start, seed {seed}")),
-            trained: evaluate(&model, &bpe, &split, config, seed, &format!("trained, seed {seed}")),
+            warm: evaluated.by_ref().take(SETS.len()).collect(),
+            trained: evaluated.by_ref().take(SETS.len()).collect(),
             validation: records.iter().filter_map(|r| r.held_out_success.map(|s| (r.iteration, s))).collect(),
             training: records.iter().filter_map(|r| Some((r.train_success?, *r.extra.get("hacked")?, *r.extra.get("flagged")?))).collect(),
-        };
-        tick(&format!("seed {seed}: evaluation"));
-        Ok(result)
-    });
-    let seeds = results.into_iter().collect::<Result<Vec<_>, String>>()?;
+        })
+        .collect();
     let task_sets = [&split.train, &split.validation, &split.instances, &split.families, &split.quixbugs].iter().map(|t| task_set_fingerprint(t)).collect();
     let report = CapstoneReport { config: config.clone(), task_sets, seeds, seconds: start.elapsed().as_secs_f64() };
     std::fs::create_dir_all(root).map_err(|err| format!("cannot create {}: {err}", root.display()))?;
@@ -344,7 +370,8 @@ mod tests {
     fn the_sets_are_disjoint_and_sized_as_the_chapter_says() {
         let gym = Gym::standard();
         let split = split(&gym);
-        assert_eq!((split.train.len(), split.validation.len(), split.instances.len(), split.families.len(), split.quixbugs.len()), (121, 30, 30, 10, 39));
+        assert_eq!((split.validation.len(), split.instances.len(), split.families.len(), split.quixbugs.len()), (30, 30, 10, 39));
+        assert!(split.train.len() > 121 && split.train.len() <= 121 + 6 * EXTRA_PER_FAMILY);
         let sources = |tasks: &[Task]| tasks.iter().map(|t| t.source.clone()).collect::<HashSet<_>>();
         let train = sources(&split.train);
         for other in [&split.validation, &split.instances, &split.families] {

@@ -741,9 +741,16 @@ pub struct RunState {
     pub seed: u64,
     pub streams: Vec<String>,
     pub algorithm: Option<String>,
+    /// A fingerprint of the training and held-out task ids, which a resumed run must share.
+    pub tasks: String,
     /// libtorch's threads and CPU kernels, which a resumed run must share.
     pub threads: i32,
     pub cpu_capability: String,
+}
+
+fn tasks_fingerprint(tasks: (&[Task], &[Task])) -> String {
+    let ids = tasks.0.iter().chain(tasks.1).map(|t| t.id.as_str()).collect::<Vec<_>>().join("\n");
+    format!("{:016x}", crate::book::fnv1a(ids.as_bytes(), 0xcbf2_9ce4_8422_2325))
 }
 
 fn libtorch_setting() -> (i32, String) {
@@ -785,6 +792,9 @@ pub fn train_resumable(
             return Err(format!("{} holds a run of another schedule; resume it with that one or start in a new folder", run_dir.display()));
         }
         let state: RunState = serde_json::from_str(&std::fs::read_to_string(dir.join("state.json")).map_err(|err| format!("cannot read the run state: {err}"))?).map_err(|err| err.to_string())?;
+        if state.tasks != tasks_fingerprint(tasks) {
+            return Err(format!("{} holds a run on other tasks; start in a new folder", run_dir.display()));
+        }
         if (state.threads, state.cpu_capability.clone()) != libtorch_setting() {
             return Err(format!("the run was saved with {} libtorch threads and CPU kernels {}; resume it under the same setting", state.threads, state.cpu_capability));
         }
@@ -802,13 +812,13 @@ pub fn train_resumable(
         std::fs::write(run_dir.join("metrics.jsonl"), lines.iter().map(|l| format!("{l}\n")).collect::<String>()).map_err(|err| format!("cannot write the metrics: {err}"))?;
         done = lines.iter().map(|l| serde_json::from_str(l).map_err(|err| format!("a metrics line: {err}"))).collect::<Result<_, String>>()?;
     }
-    let seed = schedule.seed;
+    let (seed, task_ids) = (schedule.seed, tasks_fingerprint(tasks));
     let mut after = |iterations: usize, model: &TinyAgent, opt: &AdamW, algorithm: &dyn Algorithm| -> Result<bool, String> {
         if resumable.every == 0 || iterations % resumable.every != 0 {
             return Ok(false);
         }
         let (threads, cpu_capability) = libtorch_setting();
-        let state = RunState { next_iteration: iterations, seed, streams: ["tasks", "sampling", "shuffle", "evaluation"].map(String::from).to_vec(), algorithm: algorithm.state(), threads, cpu_capability };
+        let state = RunState { next_iteration: iterations, seed, streams: ["tasks", "sampling", "shuffle", "evaluation"].map(String::from).to_vec(), algorithm: algorithm.state(), tasks: task_ids.clone(), threads, cpu_capability };
         // Written beside, then renamed: a kill leaves a whole state or none.
         let part = run_dir.join(format!("state-{iterations:04}.part"));
         let _ = std::fs::remove_dir_all(&part);
@@ -1170,6 +1180,8 @@ mod tests {
         // Another schedule in the same folder is refused, not mixed in.
         let other = Schedule { lr: 1e-3, ..schedule.clone() };
         assert!(train_resumable(&mut small_model(&bpe), &bpe, tasks, &other, &mut algorithm(), &dir, &Resumable::default()).is_err());
+        // So is the same schedule on other tasks.
+        assert!(train_resumable(&mut small_model(&bpe), &bpe, (&gym.train[1..13], held_out), &schedule, &mut algorithm(), &dir, &Resumable::default()).is_err());
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -24,7 +24,7 @@ fn main() {
             let config = if args.iter().any(|a| a == "--short") { CapstoneConfig::short() } else { CapstoneConfig::full() };
             let root = value("--root").map(std::path::PathBuf::from).unwrap_or_else(|| default_root(&config));
             eprintln!("capstone: {} seeds, {} RL iterations each, in {}", config.seeds.len(), config.rl.iterations, root.display());
-            let bar = progress(3 * config.seeds.len() as u64, "capstone");
+            let bar = progress(8 * config.seeds.len() as u64, "capstone"); // warm start, RL, six evaluations per seed
             let report = run(&config, &root, &|stage: &str| {
                 bar.set_message(format!("capstone: {stage} done"));
                 bar.inc(1);
