@@ -466,20 +466,37 @@ pub fn resident_mb() -> f64 {
     pages * page / (1 << 20) as f64
 }
 
-/// Panics seen by the hook since fuzzing started, with their messages.
+/// The messages of panics on fuzzing threads, for the report.
 static PANICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-/// Count panics instead of printing them while fuzzing (restored afterwards).
-fn quiet_panics<T>(body: impl FnOnce() -> T) -> T {
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|info| {
-        if let Ok(mut panics) = PANICS.lock() {
-            panics.push(info.to_string());
-        }
-    }));
+thread_local! {
+    /// Whether this thread is fuzzing, and the panics it has counted.
+    static FUZZING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static THREAD_PANICS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Run `body` on this thread with its panics counted (and their messages kept)
+/// instead of printed; returns what it returned and the count. Other threads'
+/// panics go to the hook that was there before, untouched.
+pub fn counting_panics<T>(body: impl FnOnce() -> T) -> (T, u64) {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if FUZZING.get() {
+                THREAD_PANICS.set(THREAD_PANICS.get() + 1);
+                if let Ok(mut panics) = PANICS.lock() {
+                    panics.push(info.to_string());
+                }
+            } else {
+                previous(info);
+            }
+        }));
+    });
+    let (was, before) = (FUZZING.replace(true), THREAD_PANICS.get());
     let out = body();
-    std::panic::set_hook(previous);
-    out
+    FUZZING.set(was);
+    (out, THREAD_PANICS.get() - before)
 }
 
 fn cut(text: &str) -> String {
@@ -695,78 +712,76 @@ pub fn fuzz(target: Target, inputs: u64, config: &FuzzConfig, pools: &Pools, pro
     let limit = wall_limit(target, &child, pools);
     let start = Instant::now();
     let abandoned_before = abandoned_suites();
-    let panics_before = PANICS.lock().map(|p| p.len()).unwrap_or(0);
     let done = AtomicU64::new(0);
     let warm = Mutex::new(None::<f64>);
-    let totals = Mutex::new((BTreeMap::<String, u64>::new(), Vec::<Finding>::new(), 0u64, 0.0f64));
-    quiet_panics(|| {
-        std::thread::scope(|scope| {
-            for thread in 0..config.threads as u64 {
-                let share = inputs / config.threads as u64 + u64::from(thread < inputs % config.threads as u64);
-                let (done, warm, totals, child) = (&done, &warm, &totals, &child);
-                scope.spawn(move || {
-                    let mut rng = StdRng::seed_from_u64(config.seed ^ ((target as u64) << 32) ^ (thread << 48));
-                    let mut envs: Vec<BugFixEnv> = pools.task_sets.iter().map(|set| BugFixEnv::new(set.clone(), 8)).collect();
-                    let mut episode = None;
-                    let (mut outcomes, mut findings, mut over, mut slowest) = (BTreeMap::new(), Vec::new(), 0u64, 0.0f64);
-                    for i in 0..share {
-                        let began = Instant::now();
-                        let result = catch_unwind(AssertUnwindSafe(|| match target {
-                            Target::EnvStep => env_input(&mut rng, pools, &mut envs, &mut episode),
-                            _ => one_input(target, &mut rng, pools, child),
-                        }));
-                        let took = began.elapsed();
-                        slowest = slowest.max(took.as_secs_f64() * 1e3);
-                        let (input, outcome) = match result {
-                            Ok(pair) => pair,
-                            Err(_) => {
-                                // The environment may be mid-episode in an unknown state: start afresh.
-                                envs = pools.task_sets.iter().map(|set| BugFixEnv::new(set.clone(), 8)).collect();
-                                episode = None;
-                                (String::from("(lost in a panic)"), Err("a panic escaped".to_string()))
-                            }
-                        };
-                        if took > limit {
-                            over += 1;
-                            findings.push(Finding { target, problem: format!("took {:.0} ms, over the bound of {} ms", took.as_secs_f64() * 1e3, limit.as_millis()), input: cut(&input) });
+    let (mut outcomes, mut findings, mut over_limit, mut slowest_ms, mut panics) = (BTreeMap::<String, u64>::new(), Vec::<Finding>::new(), 0u64, 0.0f64, 0u64);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..config.threads as u64).map(|thread| {
+            let share = inputs / config.threads as u64 + u64::from(thread < inputs % config.threads as u64);
+            let (done, warm, child) = (&done, &warm, &child);
+            scope.spawn(move || counting_panics(|| {
+                let mut rng = StdRng::seed_from_u64(config.seed ^ ((target as u64) << 32) ^ (thread << 48));
+                let mut envs: Vec<BugFixEnv> = pools.task_sets.iter().map(|set| BugFixEnv::new(set.clone(), 8)).collect();
+                let mut episode = None;
+                let (mut outcomes, mut findings, mut over, mut slowest) = (BTreeMap::new(), Vec::new(), 0u64, 0.0f64);
+                for i in 0..share {
+                    let began = Instant::now();
+                    let result = catch_unwind(AssertUnwindSafe(|| match target {
+                        Target::EnvStep => env_input(&mut rng, pools, &mut envs, &mut episode),
+                        _ => one_input(target, &mut rng, pools, child),
+                    }));
+                    let took = began.elapsed();
+                    slowest = slowest.max(took.as_secs_f64() * 1e3);
+                    let (input, outcome) = match result {
+                        Ok(pair) => pair,
+                        Err(_) => {
+                            // The environment may be mid-episode in an unknown state: start afresh.
+                            envs = pools.task_sets.iter().map(|set| BugFixEnv::new(set.clone(), 8)).collect();
+                            episode = None;
+                            (String::from("(lost in a panic)"), Err("a panic escaped".to_string()))
                         }
-                        match outcome {
-                            Ok(kind) => *outcomes.entry(kind).or_insert(0) += 1,
-                            Err(problem) => {
-                                *outcomes.entry("property broken".to_string()).or_insert(0) += 1;
-                                if findings.len() < 50 {
-                                    findings.push(Finding { target, problem, input: cut(&input) });
-                                }
+                    };
+                    if took > limit {
+                        over += 1;
+                        findings.push(Finding { target, problem: format!("took {:.0} ms, over the bound of {} ms", took.as_secs_f64() * 1e3, limit.as_millis()), input: cut(&input) });
+                    }
+                    match outcome {
+                        Ok(kind) => *outcomes.entry(kind).or_insert(0) += 1,
+                        Err(problem) => {
+                            *outcomes.entry("property broken".to_string()).or_insert(0) += 1;
+                            if findings.len() < 50 {
+                                findings.push(Finding { target, problem, input: cut(&input) });
                             }
                         }
-                        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                        if n == inputs / 10 + 1 {
-                            *warm.lock().expect("warm-up memory") = Some(resident_mb());
-                        }
-                        if i % 256 == 255 {
-                            progress(256);
-                        }
                     }
-                    progress(share % 256);
-                    let mut totals = totals.lock().expect("totals");
-                    for (kind, n) in outcomes {
-                        *totals.0.entry(kind).or_insert(0) += n;
+                    let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n == inputs / 10 + 1 {
+                        *warm.lock().expect("warm-up memory") = Some(resident_mb());
                     }
-                    totals.1.extend(findings);
-                    totals.2 += over;
-                    totals.3 = totals.3.max(slowest);
-                });
+                    if i % 256 == 255 {
+                        progress(256);
+                    }
+                }
+                progress(share % 256);
+                (outcomes, findings, over, slowest)
+            }))
+        }).collect();
+        // Each thread's counts, and the panics its hook counted.
+        for worker in workers {
+            let ((kinds, found, over, slowest), panicked) = worker.join().expect("a fuzzing thread finished");
+            for (kind, n) in kinds {
+                *outcomes.entry(kind).or_insert(0) += n;
             }
-        })
+            findings.extend(found);
+            (over_limit, slowest_ms, panics) = (over_limit + over, slowest_ms.max(slowest), panics + panicked);
+        }
     });
-    let (outcomes, findings, over_limit, slowest_ms) = totals.into_inner().expect("totals");
-    let panics = PANICS.lock().map(|p| p.len()).unwrap_or(0) - panics_before;
     let rss_end_mb = resident_mb();
     TargetReport {
         target,
         inputs,
         outcomes,
-        panics: panics as u64,
+        panics,
         over_limit,
         limit_ms: limit.as_secs_f64() * 1e3,
         slowest_ms,
@@ -882,9 +897,12 @@ mod tests {
     }
 
     #[test]
-    fn a_panic_in_the_target_is_counted_not_raised() {
-        let caught = quiet_panics(|| catch_unwind(|| panic!("boom")).is_err());
+    fn a_panic_on_a_fuzzing_thread_is_counted_not_raised() {
+        let (caught, panics) = counting_panics(|| catch_unwind(|| panic!("boom")).is_err());
         assert!(caught);
+        assert_eq!(panics, 1);
         assert!(panic_messages(usize::MAX).iter().any(|m| m.contains("boom")));
+        // Outside, panics are not counted.
+        assert_eq!(counting_panics(|| 1 + 1), (2, 0));
     }
 }
