@@ -118,7 +118,7 @@ impl CapstoneConfig {
         }
     }
 
-    /// The same pipeline in about a minute: 30 SFT steps, 6 iterations, 4 episodes per task.
+    /// The same pipeline, small: 30 SFT steps, 6 iterations, 4 episodes per held-out task, 2 per program.
     pub fn short() -> CapstoneConfig {
         let full = CapstoneConfig::full();
         CapstoneConfig {
