@@ -36,7 +36,7 @@ fn main() {
             }
         }
     }
-    let machine = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|text| text.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())).unwrap_or_else(|| "unknown".into());
+    let machine = agentrl::book::machine();
     let recorded = Recorded { machine, what: "one suite of public tests per call, every training task's buggy file and each one-edit file".into(), in_process, process: processes };
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace").join("data");
     std::fs::create_dir_all(&root).expect("data folder");

@@ -58,6 +58,13 @@ pub fn data_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data").join(name)
 }
 
+/// The processor's name as Linux reports it (`model name` in /proc/cpuinfo),
+/// or "unknown": the machine that a data file was recorded on.
+pub fn machine() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    info.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|name| name.trim().to_string()).unwrap_or_else(|| "unknown".into())
+}
+
 /// Where figure `name` is written: `$AGENTRL_FIGURES/name` when that variable
 /// is set (the runner points it at a scratch folder to check figures), else
 /// the repository's `figures/` folder.

@@ -1,7 +1,8 @@
 //! Chapter 19: `cargo xtask capstone`, the capstone run from the command line.
 //!
 //! Usage: `capstone [--short] [--root DIR] [--record PATH]`, or `capstone --report PATH` to print
-//! a stored report again. Runs the full configuration (three seeds) unless `--short`; a stopped run
+//! a stored report again. Runs the full configuration (three seeds) unless `--short`; a finished run
+//! in the folder is read back, and a stopped run
 //! started again with the same folder resumes. Prints the summary and the goals, and exits with 1
 //! if a goal is not met. `--record PATH` also copies the report there (the chapter reads
 //! `data/capstone-report.json`).
@@ -15,8 +16,7 @@ fn main() {
     let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let (report, timed) = match value("--report") {
         Some(path) => {
-            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| fail(&format!("cannot read {path}: {e}")));
-            let report: CapstoneReport = serde_json::from_str(&text).unwrap_or_else(|e| fail(&format!("{path} is not a capstone report: {e}")));
+            let report = CapstoneReport::read(std::path::Path::new(&path)).unwrap_or_else(|e| fail(&e));
             let timed = report.config == CapstoneConfig::full();
             (report, timed)
         }
@@ -24,6 +24,9 @@ fn main() {
             let config = if args.iter().any(|a| a == "--short") { CapstoneConfig::short() } else { CapstoneConfig::full() };
             let root = value("--root").map(std::path::PathBuf::from).unwrap_or_else(|| default_root(&config));
             eprintln!("capstone: {} seeds, {} RL iterations each, in {}", config.seeds.len(), config.rl.iterations, root.display());
+            if root.join("report.json").exists() {
+                eprintln!("capstone: a finished run is read back from {} (delete the folder to run again)", root.display());
+            }
             let bar = progress(8 * config.seeds.len() as u64, "capstone"); // warm start, RL, six evaluations per seed
             let report = run(&config, &root, &|stage: &str| {
                 bar.set_message(format!("capstone: {stage} done"));
