@@ -77,5 +77,6 @@ pub mod ch15;
 pub mod ch16;
 pub mod ch17;
 pub mod ch18;
+pub mod ch19;
 #[cfg(test)]
 mod testkit;
