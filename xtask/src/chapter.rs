@@ -197,6 +197,60 @@ pub fn expand_includes(text: &str) -> Result<String> {
     Ok(out)
 }
 
+/// Mentions of another chapter ("Chapter 12") in the prose of `text` (the
+/// chapter numbered `own`, if any) that are not links to it: outside code
+/// blocks, inline code, headings, images and includes, every mention links to
+/// the chapter's page. Returns (line number, the chapter mentioned).
+pub fn unlinked_mentions(text: &str, own: Option<u32>) -> Vec<(usize, u32)> {
+    let mut found = Vec::new();
+    let mut fence = false;
+    for (number, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fence = !fence;
+            continue;
+        }
+        if fence || line.starts_with('#') || line.trim_start().starts_with("![") || line.starts_with("{{#") {
+            continue;
+        }
+        for (i, part) in line.split('`').enumerate() {
+            if i % 2 == 1 {
+                continue; // inline code
+            }
+            let mut rest = part;
+            while let Some(at) = rest.find("Chapter ") {
+                let before = &rest[..at];
+                let after = &rest[at + "Chapter ".len()..];
+                let digits: String = after.chars().take_while(|c| c.is_ascii_digit()).collect();
+                let linked = before.ends_with('[') && after[digits.len()..].starts_with("](");
+                let word_start = before.chars().last().is_none_or(|c| !c.is_alphanumeric());
+                if let Ok(n) = digits.parse::<u32>() {
+                    if !linked && word_start && Some(n) != own && n <= 20 {
+                        found.push((number + 1, n));
+                    }
+                }
+                rest = after;
+            }
+        }
+    }
+    found
+}
+
+/// [`unlinked_mentions`] in every chapter and answer page.
+pub fn link_problems() -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(root().join("chapters")) else { return vec!["cannot read chapters/".into()] };
+    let mut names: Vec<String> = entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n.ends_with(".md") && n != "SUMMARY.md" && !n.starts_with("appendix-performance-measured")).collect();
+    names.sort();
+    let mut problems = Vec::new();
+    for name in names {
+        let Ok(text) = util::read(&root().join("chapters").join(&name)) else { continue };
+        let own = name.get(..2).and_then(|n| n.parse::<u32>().ok());
+        for (line, n) in unlinked_mentions(&text, own) {
+            problems.push(format!("chapters/{name} line {line}: \"Chapter {n}\" is not a link to its page"));
+        }
+    }
+    problems
+}
+
 /// Every `ANCHOR: name` in the library and the exercises opens once per file
 /// and is closed by its `ANCHOR_END: name`: a chapter that includes it shows
 /// exactly one piece of code.
@@ -434,5 +488,11 @@ mod closure_tests {
         let cell = "let f = |x: f64| x + 1.0;\nlet g = move |x: f64| x;\n{\n    let h = |x: f64| x;\n}\nfn k(x: f64) -> f64 { x }\nlet n = 3;";
         let found: Vec<usize> = super::kept_closures(cell).iter().map(|(offset, _)| *offset).collect();
         assert_eq!(found, [0, 1]);
+    }
+
+    #[test]
+    fn mentions_of_other_chapters_must_be_links() {
+        let text = "# 3. Title about Chapter 2\nSee Chapter 2 and [Chapter 4](04-x.md); Chapter 3 is this one.\n`Chapter 5` in code\n```text\nChapter 6\n```\nChapters 7 and 8, Chapter 9's loop.";
+        assert_eq!(super::unlinked_mentions(text, Some(3)), [(2, 2), (7, 9)]);
     }
 }

@@ -562,6 +562,7 @@ pub fn test(jupyter: bool) -> Result<()> {
     tally.check("order: no module, chapter or exercise uses a later chapter's module", chapter::order_problems());
     tally.check("cells: no closure kept from one cell to the next (evcxr cannot)", chapter::kept_closure_problems());
     tally.check("notebooks up to date", notebook_problems(&chapters));
+    tally.check("links: every mention of another chapter links to it", chapter::link_problems());
 
     let t = Instant::now();
     step("waiting for the book tools (mdBook, evcxr) if they are still building");
