@@ -212,6 +212,14 @@ pub fn unlinked_mentions(text: &str, own: Option<u32>) -> Vec<(usize, u32)> {
         if fence || line.starts_with('#') || line.trim_start().starts_with("![") || line.starts_with("{{#") {
             continue;
         }
+        // A mention broken across lines ("Chapter" at the end of one, the number opening the next).
+        let next_starts_with_digit = text.lines().nth(number + 1).is_some_and(|next| next.starts_with(|c: char| c.is_ascii_digit()));
+        if line.trim_end().ends_with(" Chapter") && next_starts_with_digit {
+            let n: u32 = text.lines().nth(number + 1).and_then(|next| next.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()).unwrap_or(0);
+            if Some(n) != own {
+                found.push((number + 1, n));
+            }
+        }
         for (i, part) in line.split('`').enumerate() {
             if i % 2 == 1 {
                 continue; // inline code
@@ -492,7 +500,7 @@ mod closure_tests {
 
     #[test]
     fn mentions_of_other_chapters_must_be_links() {
-        let text = "# 3. Title about Chapter 2\nSee Chapter 2 and [Chapter 4](04-x.md); Chapter 3 is this one.\n`Chapter 5` in code\n```text\nChapter 6\n```\nChapters 7 and 8, Chapter 9's loop.";
-        assert_eq!(super::unlinked_mentions(text, Some(3)), [(2, 2), (7, 9)]);
+        let text = "# 3. Title about Chapter 2\nSee Chapter 2 and [Chapter 4](04-x.md); Chapter 3 is this one.\n`Chapter 5` in code\n```text\nChapter 6\n```\nChapters 7 and 8, Chapter 9's loop, and Chapter\n10's.";
+        assert_eq!(super::unlinked_mentions(text, Some(3)), [(2, 2), (7, 10), (7, 9)]);
     }
 }
