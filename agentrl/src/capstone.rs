@@ -62,6 +62,13 @@ fn fresh(family: Family, first: u64, count: usize, split: &str, seen: &mut HashS
     (first..first + SEEDS_TRIED).map(|seed| generate(family, seed, format!("{split}-{family}-{seed}"))).filter(|t| seen.insert(t.source.clone())).take(count).collect()
 }
 
+impl Split {
+    /// The fingerprints of the five sets (Chapter 17), in the order of the fields.
+    pub fn fingerprints(&self) -> Vec<String> {
+        [&self.train, &self.validation, &self.instances, &self.families, &self.quixbugs].iter().map(|t| task_set_fingerprint(t)).collect()
+    }
+}
+
 pub fn split(gym: &Gym) -> Split {
     let held = |task: &Task| HELD_OUT_FAMILIES.contains(&task.family);
     let mut seen: HashSet<String> = gym.train.iter().chain(&gym.held_out).map(|t| t.source.clone()).collect();
@@ -270,7 +277,7 @@ pub fn run(config: &CapstoneConfig, root: &Path, tick: &(dyn Fn(&str) + Sync)) -
     let start = Instant::now();
     let gym = Gym::standard();
     let split = split(&gym);
-    let task_sets: Vec<String> = [&split.train, &split.validation, &split.instances, &split.families, &split.quixbugs].iter().map(|t| task_set_fingerprint(t)).collect();
+    let task_sets = split.fingerprints();
     if let Ok(finished) = CapstoneReport::read(&root.join("report.json")) {
         if &finished.config == config && finished.task_sets == task_sets {
             return Ok(finished);
@@ -432,8 +439,7 @@ mod tests {
         assert_eq!(stored.config, CapstoneConfig::full(), "the stored report is the full configuration's");
         let gym = Gym::standard();
         let split = split(&gym);
-        let fingerprints: Vec<String> = [&split.train, &split.validation, &split.instances, &split.families, &split.quixbugs].iter().map(|t| task_set_fingerprint(t)).collect();
-        assert_eq!(stored.task_sets, fingerprints, "the report is about today's task sets");
+        assert_eq!(stored.task_sets, split.fingerprints(), "the report is about today's task sets");
         let again = stored.rederived();
         let sizes = [split.instances.len(), split.families.len(), split.quixbugs.len()];
         for (a, b) in stored.seeds.iter().zip(&again.seeds) {
