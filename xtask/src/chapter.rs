@@ -204,7 +204,8 @@ pub fn expand_includes(text: &str) -> Result<String> {
 pub fn unlinked_mentions(text: &str, own: Option<u32>) -> Vec<(usize, u32)> {
     let mut found = Vec::new();
     let mut fence = false;
-    for (number, line) in text.lines().enumerate() {
+    let lines: Vec<&str> = text.lines().collect();
+    for (number, line) in lines.iter().enumerate() {
         if line.trim_start().starts_with("```") {
             fence = !fence;
             continue;
@@ -213,12 +214,9 @@ pub fn unlinked_mentions(text: &str, own: Option<u32>) -> Vec<(usize, u32)> {
             continue;
         }
         // A mention broken across lines ("Chapter" at the end of one, the number opening the next).
-        let next_starts_with_digit = text.lines().nth(number + 1).is_some_and(|next| next.starts_with(|c: char| c.is_ascii_digit()));
-        if line.trim_end().ends_with(" Chapter") && next_starts_with_digit {
-            let n: u32 = text.lines().nth(number + 1).and_then(|next| next.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()).unwrap_or(0);
-            if Some(n) != own {
-                found.push((number + 1, n));
-            }
+        let next_number = lines.get(number + 1).and_then(|next| next.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u32>().ok());
+        if let Some(n) = next_number.filter(|&n| line.trim_end().ends_with(" Chapter") && Some(n) != own) {
+            found.push((number + 1, n));
         }
         for (i, part) in line.split('`').enumerate() {
             if i % 2 == 1 {
