@@ -232,32 +232,32 @@ fn in_pool(chapters: &[Chapter], f: impl Fn(usize, &Chapter) -> Result<runner::R
 }
 
 /// Seconds each chapter took in the test command's chapter stage (two chapters
-/// side by side on a 2-core Intel Xeon, fresh clone of 0becd07; Chapter 17
-/// estimated from 108 s alone), used only to order the chapters longest
-/// first: two workers taking chapters in that order finish together, where
-/// chapter order could leave the longest chapter running alone at the end. A
-/// chapter missing here counts as [`UNMEASURED_SECONDS`].
+/// side by side on a 2-core AMD EPYC, fresh clone of 4c5190c), used only to
+/// order the chapters longest first: two workers taking chapters in that
+/// order finish together, where chapter order could leave the longest chapter
+/// running alone at the end. A chapter missing here counts as
+/// [`UNMEASURED_SECONDS`].
 const CHAPTER_SECONDS: &[(&str, u32)] = &[
     ("00", 1),
     ("01", 1),
     ("02", 1),
-    ("03", 5),
-    ("04", 366),
-    ("05", 80),
-    ("06", 148),
-    ("07", 153),
-    ("08", 141),
-    ("09", 155),
-    ("10", 173),
-    ("11", 186),
-    ("12", 191),
-    ("13", 73),
-    ("14", 148),
-    ("15", 231),
-    ("16", 489),
-    ("17", 240),
-    ("18", 230),
-    ("19", 240),
+    ("03", 15),
+    ("04", 364),
+    ("05", 86),
+    ("06", 202),
+    ("07", 191),
+    ("08", 186),
+    ("09", 207),
+    ("10", 217),
+    ("11", 220),
+    ("12", 225),
+    ("13", 84),
+    ("14", 194),
+    ("15", 321),
+    ("16", 265),
+    ("17", 310),
+    ("18", 338),
+    ("19", 257),
     ("20", 1),
 ];
 const UNMEASURED_SECONDS: u32 = 150;
@@ -647,7 +647,7 @@ mod tests {
     fn the_chapters_run_longest_first_and_an_unmeasured_one_counts_as_150_seconds() {
         let names = ["00-a", "01-b", "04-c", "05-d", "13-e", "16-f", "21-new"];
         let order: Vec<String> = longest_first(names.iter().map(|n| chapter(n)).collect()).into_iter().map(|c| c.name).collect();
-        assert_eq!(order, ["16-f", "04-c", "21-new", "05-d", "13-e", "00-a", "01-b"]);
+        assert_eq!(order, ["04-c", "16-f", "21-new", "05-d", "13-e", "00-a", "01-b"]);
     }
 }
 
