@@ -9,7 +9,7 @@
 use crate::book::REAL;
 use crate::mdp::{sample_action, Mdp, Policy};
 use crate::pg::{reinforce_loss, Algorithm, Forward, Report};
-use crate::tinyagent::{KvCache, TinyAgent};
+use crate::tinyagent::TinyAgent;
 use crate::trajectory::{Batch, Trajectory};
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -265,7 +265,7 @@ impl Critic {
             let opt = nn::Adam::default().build(&head.vs, lr).expect("an optimiser for the critic");
             (head, opt)
         });
-        let hidden = tch::no_grad(|| model.hidden(&rollout.ids, &rollout.valid, &mut KvCache::default())); // [N, T, D]
+        let hidden = tch::no_grad(|| crate::pg::forward(model, rollout).hidden); // [N, T, D], without computing on padding
         let (advantages, targets) = critic_advantages(&head.values(&hidden), trajectories, self.credit, self.lambda);
         self.targets = targets;
         advantages // [N, T]

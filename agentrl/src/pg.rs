@@ -251,12 +251,92 @@ pub fn wrapper_config(inner: &dyn Algorithm, mut fields: serde_json::Value) -> O
 
 // ANCHOR: forward
 /// log π_θ(x_t | x_<t) and the entropy of π_θ(· | x_<t) at the positions
-/// `batch.mask` selects, [B, T] each and 0 elsewhere. The transformer runs on
-/// the whole batch, but the output layer and the softmax over the vocabulary
-/// only on the N action positions (a seventh of the tokens in the gym).
+/// `batch.mask` selects, [B, T] each and 0 elsewhere. The transformer runs
+/// on micro-batches of rows of similar length, each cut to its longest row
+/// ([`length_buckets`]), so it does not compute on the batch's padding; the
+/// output layer and the softmax over the vocabulary run only on the N action
+/// positions (a seventh of the tokens in the gym). The pieces are put back
+/// in the batch's order and shape, so the loss is computed once, over the
+/// whole batch, exactly as defined: no algorithm needs to know.
 pub fn forward(model: &TinyAgent, batch: &Batch) -> Forward {
+    forward_in(model, batch, &length_buckets(&row_lengths(batch)))
+}
+
+/// [`forward`] over the micro-batches `buckets`: each the rows it takes and
+/// the width it cuts them to (at least its longest row).
+pub fn forward_in(model: &TinyAgent, batch: &Batch, buckets: &[(Vec<usize>, usize)]) -> Forward {
+    let (b, t) = batch.ids.size2().unwrap();
+    if buckets.len() == 1 && buckets[0].1 as i64 == t {
+        return padded_forward(model, batch);
+    }
+    let device = batch.ids.device();
+    let mut order = Vec::with_capacity(b as usize); // the batch's rows, bucket by bucket
+    let (mut logp, mut entropy, mut hidden, mut log_probs, mut keys) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (rows, width) in buckets {
+        let index = Tensor::from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>()).to_device(device);
+        let cut = |x: &Tensor| x.index_select(0, &index).narrow(1, 0, *width as i64); // [b, W]
+        let part = padded_forward(model, &Batch { ids: cut(&batch.ids), valid: cut(&batch.valid), mask: cut(&batch.mask), logprobs: cut(&batch.logprobs), rewards: batch.rewards.index_select(0, &index) });
+        let widen = |x: &Tensor| x.constant_pad_nd([0, t - *width as i64]); // [b, W] -> [b, T]
+        logp.push(widen(&part.logp));
+        entropy.push(widen(&part.entropy));
+        hidden.push(part.hidden.constant_pad_nd([0, 0, 0, t - *width as i64])); // [b, T, D]
+        log_probs.push(part.log_probs);
+        // Each action position's place in the whole batch's row-major order.
+        let at = Vec::<i64>::try_from(cut(&batch.mask).narrow(1, 1, *width as i64 - 1).nonzero().to_device(tch::Device::Cpu).reshape([-1])).expect("positions"); // [n, 2] flat
+        keys.extend(at.chunks(2).map(|p| rows[p[0] as usize] as i64 * t + p[1]));
+        order.extend(rows.iter().map(|&r| r as i64));
+    }
+    // Row r of the batch is row inverse[r] of the buckets' rows stacked.
+    let mut inverse = vec![0i64; b as usize];
+    for (place, &row) in order.iter().enumerate() {
+        inverse[row as usize] = place as i64;
+    }
+    let inverse = Tensor::from_slice(&inverse).to_device(device);
+    let mut by_key: Vec<usize> = (0..keys.len()).collect();
+    by_key.sort_by_key(|&i| keys[i]);
+    let by_key = Tensor::from_slice(&by_key.iter().map(|&i| i as i64).collect::<Vec<_>>()).to_device(device);
+    Forward {
+        logp: Tensor::cat(&logp, 0).index_select(0, &inverse),         // [B, T]
+        entropy: Tensor::cat(&entropy, 0).index_select(0, &inverse),   // [B, T]
+        hidden: Tensor::cat(&hidden, 0).index_select(0, &inverse),     // [B, T, D]
+        log_probs: Tensor::cat(&log_probs, 0).index_select(0, &by_key), // [N, V]
+    }
+}
+
+/// [`forward`] on the batch as it is, padding and all: one pass over [B, T].
+pub fn padded_forward(model: &TinyAgent, batch: &Batch) -> Forward {
     let hidden = model.hidden(&batch.ids, &batch.valid, &mut KvCache::default()); // [B, T, D]
     at_actions(model, hidden, &batch.ids, &batch.mask)
+}
+
+/// The number of real tokens in each row of `batch`.
+pub fn row_lengths(batch: &Batch) -> Vec<usize> {
+    let lengths = batch.valid.to_kind(Kind::Int64).sum_dim_intlist(1, false, Kind::Int64).to_device(tch::Device::Cpu); // [B]
+    Vec::<i64>::try_from(lengths).expect("lengths").into_iter().map(|l| l as usize).collect()
+}
+
+/// Rows of lengths `lengths` in micro-batches of similar length, each with
+/// the width it is cut to (its longest row). Rows go longest first; a
+/// micro-batch takes the next row while at most an eighth of its slots
+/// would be padding. One bucket of every row when that already holds.
+pub fn length_buckets(lengths: &[usize]) -> Vec<(Vec<usize>, usize)> {
+    let mut rows: Vec<usize> = (0..lengths.len()).collect();
+    rows.sort_by(|&a, &b| lengths[b].cmp(&lengths[a]).then(a.cmp(&b)));
+    let mut buckets: Vec<(Vec<usize>, usize)> = Vec::new();
+    let mut tokens = 0; // real tokens in the last bucket
+    for row in rows {
+        match buckets.last_mut() {
+            Some((members, width)) if 8 * (tokens + lengths[row]) >= 7 * (members.len() + 1) * *width => {
+                members.push(row);
+                tokens += lengths[row];
+            }
+            _ => {
+                buckets.push((vec![row], lengths[row].max(1)));
+                tokens = lengths[row];
+            }
+        }
+    }
+    buckets
 }
 
 /// The head, log π_θ and the entropy at the action tokens `mask` [B, T]
