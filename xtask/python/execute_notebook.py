@@ -1,6 +1,12 @@
 """Execute a notebook with a Jupyter kernel and write the executed copy.
 
-Usage: execute_notebook.py KERNEL TIMEOUT_SECONDS INPUT.ipynb OUTPUT.ipynb
+Usage: execute_notebook.py KERNEL TIMEOUT_SECONDS INPUT.ipynb OUTPUT.ipynb [PREAMBLE]
+
+With PREAMBLE, the first code cell's source is replaced by it before the
+notebook runs (the test command puts a `:build_env` line before the
+notebook's own `:dep` lines, so that the cells link the library as the
+chapters were built instead of evcxr compiling it again; see `BuiltLibrary`
+in xtask/src/notebook.rs). The input file is not changed.
 
 This is nbclient's executor with one change. evcxr forwards a cell's
 printed lines to Jupyter from a separate thread, so the last lines of a
@@ -44,7 +50,11 @@ class LateOutputClient(NotebookClient):
 
 def main():
     kernel, timeout, source, target = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    preamble = sys.argv[5] if len(sys.argv) > 5 else None
     notebook = nbformat.read(source, as_version=4)
+    if preamble is not None:
+        first = next(cell for cell in notebook.cells if cell.cell_type == "code")
+        first.source = preamble
     # the kernel runs in the notebook's folder, as under `jupyter nbconvert`
     resources = {"metadata": {"path": os.path.dirname(os.path.abspath(source))}}
     client = LateOutputClient(notebook, kernel_name=kernel, timeout=timeout, resources=resources)

@@ -438,7 +438,10 @@ pub fn refresh(query: Option<&str>) -> Result<()> {
     notebooks()
 }
 
-pub fn book(serve: bool) -> Result<()> {
+/// `cargo xtask book --run [--serve]`: the full setup, then every chapter run
+/// (outputs and figures checked, figures rewritten), the notebooks
+/// regenerated, the HTML book built, and with `serve` served on `port`.
+pub fn book(serve: bool, port: u16) -> Result<()> {
     let start = Instant::now();
     setup::all(false)?;
     let mut tally = Tally::default();
@@ -452,23 +455,31 @@ pub fn book(serve: bool) -> Result<()> {
     eprintln!("book built in {}: open {}", secs(start), root().join("book/index.html").display());
     outcome?;
     if serve {
-        site::serve(3000)?;
+        site::serve(port)?;
     }
     Ok(())
 }
 
 /// Execute every notebook in Jupyter under the second setting and compare its
-/// outputs and figures with the chapter's. The first notebook compiles the
-/// library and its dependencies in slot 0's evcxr build folder; slot 1 starts
-/// from a copy of that folder, and the other notebooks run two at a time
-/// (evcxr compiles each cell on about one core).
+/// outputs and figures with the chapter's. The cells link the library as the
+/// chapter stage built it (`notebook::BuiltLibrary`: cargo brings it up to
+/// date with the current source first), so evcxr compiles only the cells.
+/// The first notebook runs in slot 0's evcxr build folder; slot 1 starts from
+/// a copy of that folder (where evcxr's cargo finds its placeholders for the
+/// library up to date), and the other notebooks run two at a time (evcxr
+/// compiles each cell on about one core).
 fn execute_notebooks(tally: &mut Tally, chapters: &[Chapter]) {
     step("notebooks: execute in Jupyter with the evcxr kernel under the second setting, compare with the chapters");
-    // Chapter order: the first (Chapter 0, short) runs alone while evcxr compiles the library.
+    let library = match notebook::built_library(chapters) {
+        Ok(library) => library,
+        Err(err) => return tally.check("notebooks: the library as the chapters build it", vec![err]),
+    };
+    // Chapter order: the first (Chapter 0, short) runs alone while evcxr's
+    // cargo sets up slot 0's build folder.
     let order = chapters.to_vec();
     let run = |slot: usize, chapter: &Chapter| {
         let t = Instant::now();
-        let got = notebook::execute(&notebook::path(chapter), &scratch_figures(chapter, "jupyter"), setup::CHECK_KERNEL, slot);
+        let got = notebook::execute(&notebook::path(chapter), &scratch_figures(chapter, "jupyter"), setup::CHECK_KERNEL, slot, &library);
         eprintln!("  notebook {} executed in {}", chapter.name, secs(t));
         got
     };

@@ -1,4 +1,4 @@
-//! `cargo xtask`: the book's tooling. See README.md for the two main commands.
+//! `cargo xtask`: the book's tooling. See README.md for the readers' commands and the test.
 //!
 //! This crate never links libtorch: it sets the environment up, then drives
 //! cargo, the chapter runner, mdBook, Jupyter and Chromium as child processes.
@@ -6,8 +6,10 @@
 mod cdp;
 mod chapter;
 mod checks;
+mod exercises;
 mod notebook;
 mod perf;
+mod readers;
 mod runner;
 mod setup;
 mod site;
@@ -24,17 +26,46 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Install what the book needs (idempotent; the other commands run it first).
+    /// Install everything the book and its test need (idempotent; `book`, `lab` and `exercises`
+    /// install only their own part, the other commands all of it).
     Setup {
         /// Also install Chromium for the HTML checks.
         #[arg(long)]
         browser: bool,
     },
-    /// Run every written chapter, check its outputs and figures, regenerate the notebooks, build the HTML book.
+    /// Build the HTML book from the chapters as committed (installing only mdBook, mdbook-katex and
+    /// KaTeX's CSS and fonts); with --run, run every chapter first, check its outputs and figures and
+    /// regenerate the notebooks.
     Book {
-        /// Serve the built book on http://127.0.0.1:3000 afterwards.
+        /// Serve the built book on http://127.0.0.1:PORT afterwards (until Ctrl-C).
         #[arg(long)]
         serve: bool,
+        /// The port to serve on.
+        #[arg(long, default_value_t = 3000, requires = "serve")]
+        port: u16,
+        /// Re-derive every output first: run every written chapter, check its outputs and figures,
+        /// regenerate the notebooks (the full setup; about half an hour on two cores).
+        #[arg(long)]
+        run: bool,
+    },
+    /// Open the notebooks in JupyterLab with the book's kernel "Rust (agentrl)", installing
+    /// JupyterLab, libtorch and evcxr first if they are missing; prints the URL.
+    Lab {
+        /// Do not open a browser (the default where there is no display).
+        #[arg(long)]
+        no_browser: bool,
+        /// The port JupyterLab listens on (127.0.0.1 only).
+        #[arg(long, default_value_t = 8888)]
+        port: u16,
+    },
+    /// Grade one chapter's exercises (your stubs in exercises/src/chNN/stubs.rs) and print one line
+    /// per exercise: solved or not with the first failing check's message, the stub and the answer.
+    Exercises {
+        /// The chapter: its number (7), module (ch07) or file name (07-advantages-and-credit-assignment).
+        chapter: String,
+        /// Grade the reference solutions instead of the stubs (as CI does).
+        #[arg(long)]
+        solutions: bool,
     },
     /// Every test: library, chapters, figures, exercises, notebooks (in Jupyter), HTML (in Chromium).
     Test {
@@ -105,7 +136,10 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Setup { browser } => setup::all(browser),
-        Cmd::Book { serve } => checks::book(serve),
+        Cmd::Book { serve, port, run: false } => readers::read(serve, port),
+        Cmd::Book { serve, port, run: true } => checks::book(serve, port),
+        Cmd::Lab { no_browser, port } => readers::lab(!no_browser && readers::has_display(), port),
+        Cmd::Exercises { chapter, solutions } => exercises::exercises(&chapter, solutions),
         Cmd::Test { only_jupyter: true, chapters, .. } => checks::test_notebooks(&chapters),
         Cmd::Test { no_jupyter, .. } => checks::test(!no_jupyter),
         Cmd::Run { chapter } => checks::run_one(&chapter),

@@ -6,8 +6,9 @@ use crate::chapter::{expand_includes, Chapter};
 use crate::setup::{self, KERNEL};
 use crate::util::{self, root, Result};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 pub fn path(chapter: &Chapter) -> PathBuf {
     root().join("notebooks").join(format!("{}.ipynb", chapter.name))
@@ -22,6 +23,15 @@ fn preamble() -> String {
         ":dep rand = \"0.9\"",
     ]
     .join("\n")
+}
+
+/// The crates the preamble loads with `:dep`: (name, what follows `=`).
+fn preamble_deps() -> Vec<(String, String)> {
+    preamble()
+        .lines()
+        .filter_map(|line| line.strip_prefix(":dep ")?.split_once('='))
+        .map(|(name, spec)| (name.trim().to_string(), spec.trim().to_string()))
+        .collect()
 }
 
 fn lines_source(text: &str) -> Value {
@@ -106,6 +116,190 @@ pub fn generate(chapter: &Chapter) -> Result<String> {
     Ok(text)
 }
 
+/// The library as the test command's notebooks load it. With the preamble's
+/// `:dep` lines evcxr compiles agentrl, tch, torch-sys (with libtorch's C++
+/// wrapper) and all their dependencies again in its own build folder: evcxr
+/// 0.22 generates a crate `ctx` whose `[profile.dev]` it writes itself
+/// (`codegen-units = 16`, `rpath`, `strip`, no debug information), with no
+/// lock file (the newest matching versions), and runs `cargo build --target
+/// <host triple>` there with `CARGO_TARGET_DIR=target` and
+/// `RUSTFLAGS=-Cprefer-dynamic`. The explicit `--target` alone gives every
+/// unit another metadata hash and another folder than the workspace's builds
+/// (which name no target), so no artifact of the chapter stage can count as
+/// up to date there; on a fresh 2-core machine that compile took about 500 s
+/// of the first notebook.
+///
+/// So the test runs the preamble as it is (evcxr's cargo resolves the crates,
+/// and its rust-analyzer reads their sources to learn the types of the
+/// variables cells keep), after one `:build_env` line that makes evcxr's cargo
+/// build through `xtask/python/rustc_wrapper.py`: each cell is compiled
+/// against the rlibs that `cargo build` of the chapter runner
+/// (`target/chapter-runner`, the crate the chapters' cells are compiled in:
+/// agentrl, tch and rand, the workspace's profiles and target folder) has just
+/// made from the current source, and the other crates of evcxr's build get
+/// empty placeholders instead of a compile. The cells themselves are compiled
+/// by evcxr as before, with evcxr's own profile. (rust-analyzer reads the
+/// newest versions matching the preamble, the cells link the workspace's
+/// locked ones, which [`built_library`] checks are within the preamble's
+/// requirements: a type that differs between the two is a compile error in
+/// the cell, never a different number.)
+pub struct BuiltLibrary {
+    /// [`snapshot_folder`]: hard links to the rlibs, the wrapper as
+    /// `rustc-wrapper`, and `link-args`, the arguments that link a cell
+    /// against the rlibs (one a line): the snapshot as the dependency search
+    /// path, the native search paths of the dependencies' build scripts
+    /// (libtorch's `lib/`), and one `--extern` per crate of the preamble.
+    folder: PathBuf,
+}
+
+impl BuiltLibrary {
+    /// The cell that stands for the preamble in the test's runs: the
+    /// notebook's own, after the `:build_env` line (`:dep` compiles at once).
+    /// The variable is set for evcxr's cargo only, not for the cells' process.
+    fn preamble(&self) -> String {
+        format!(
+            "// Setup (test command): evcxr's cargo builds through target/notebook-deps/rustc-wrapper (xtask/python/rustc_wrapper.py), which links the cells against the library as the chapters were built from the current source instead of compiling it again.\n:build_env RUSTC_WRAPPER={}\n{}",
+            self.folder.join("rustc-wrapper").display(),
+            preamble()
+        )
+    }
+}
+
+/// The folder of hard links to the rlibs the notebooks link: a later build in
+/// `target/` replaces its files (rustc writes a new file and renames it), so
+/// the notebooks keep linking what was built when they started.
+fn snapshot_folder() -> PathBuf {
+    root().join("target/notebook-deps")
+}
+
+/// Does the package `pkg_id` (as cargo names it: `registry+...#tch@0.26.0`,
+/// `path+file:///.../agentrl#0.1.0`) satisfy the preamble's `spec` (`"0.26"`,
+/// a caret requirement, or `{ path = "../agentrl" }`, relative to `notebooks/`)?
+fn satisfies(pkg_id: &str, spec: &str) -> bool {
+    let (source, version) = pkg_id.rsplit_once('#').unwrap_or((pkg_id, ""));
+    let version = version.rsplit('@').next().unwrap_or(version);
+    if let Some(path) = spec.split_once("path").and_then(|(_, rest)| rest.split('"').nth(1)) {
+        let wanted = root().join("notebooks").join(path).canonicalize().ok();
+        let got = source.strip_prefix("path+file://").and_then(|p| Path::new(p).canonicalize().ok());
+        return wanted.is_some() && wanted == got;
+    }
+    let req = spec.trim_matches('"');
+    // a caret requirement on a 0.x or x version: the same leading numbers
+    !req.is_empty() && (version == req || version.starts_with(&format!("{req}.")))
+}
+
+/// Build the chapter runner's library (writing the runner crate for
+/// `chapters` first if no chapter run has), so that agentrl is compiled from
+/// the current source unless the chapter stage just did; snapshot the rlibs
+/// cargo reports into [`snapshot_folder`], with the arguments that link a
+/// cell against them and the wrapper that applies them. Fails if the
+/// runner's dependencies are not those of the preamble (same names, versions
+/// within the preamble's requirements).
+pub fn built_library(chapters: &[Chapter]) -> Result<BuiltLibrary> {
+    let manifest = root().join("target/chapter-runner/Cargo.toml");
+    if !manifest.exists() {
+        crate::runner::build(chapters)?;
+    }
+    let cargo = |args: &[&str]| {
+        let mut command = Command::new("cargo");
+        command.args(args).arg("--manifest-path").arg(&manifest).env("CARGO_TARGET_DIR", root().join("target")).current_dir(root());
+        command.stderr(Stdio::inherit());
+        command
+    };
+    // The runner's own dependencies, as cargo resolved them.
+    let out = util::capture(&mut cargo(&["metadata", "--format-version", "1"]))?;
+    if !out.status.success() {
+        return Err(format!("cargo metadata of {} failed ({})", manifest.display(), out.status));
+    }
+    let metadata: Value = serde_json::from_slice(&out.stdout).map_err(|err| format!("cargo metadata: {err}"))?;
+    let runner_id = metadata["resolve"]["root"].as_str().ok_or("cargo metadata names no root package")?.to_string();
+    let node = metadata["resolve"]["nodes"].as_array().and_then(|nodes| nodes.iter().find(|n| n["id"] == runner_id.as_str())).ok_or("cargo metadata: no node for the chapter runner")?;
+    let runner_deps: BTreeMap<&str, &str> = node["deps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|dep| dep["dep_kinds"].as_array().is_some_and(|kinds| kinds.iter().any(|k| k["kind"].is_null())))
+        .filter_map(|dep| Some((dep["name"].as_str()?, dep["pkg"].as_str()?)))
+        .collect();
+    let mut externs = Vec::new();
+    for (name, spec) in preamble_deps() {
+        let pkg = runner_deps.get(name.as_str()).ok_or_else(|| format!("the notebooks' preamble loads `{name}`, which the chapter runner ({}) does not depend on", manifest.display()))?;
+        if !satisfies(pkg, &spec) {
+            return Err(format!("the notebooks' preamble asks for `{name} = {spec}`, but the chapter runner builds {pkg}"));
+        }
+        externs.push((name, pkg.to_string()));
+    }
+
+    let out = util::capture(&mut cargo(&["build", "--lib", "--message-format=json-render-diagnostics"]))?;
+    if !out.status.success() {
+        return Err(format!("cargo build of {} failed ({})", manifest.display(), out.status));
+    }
+    let snapshot = snapshot_folder();
+    let _ = std::fs::remove_dir_all(&snapshot);
+    std::fs::create_dir_all(&snapshot).map_err(|err| format!("cannot create {}: {err}", snapshot.display()))?;
+    // package id -> its rlibs in the snapshot (two if it is also built for build scripts)
+    let mut rlibs: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    let mut native: Vec<String> = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<Value>(line) else { continue };
+        match message["reason"].as_str() {
+            Some("compiler-artifact") if message["package_id"] != runner_id.as_str() => {
+                if message["target"]["kind"].as_array().is_some_and(|kinds| kinds.iter().any(|k| k == "custom-build")) {
+                    continue;
+                }
+                for file in message["filenames"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                    let from = Path::new(file);
+                    let to = snapshot.join(from.file_name().ok_or_else(|| format!("cargo reported an artifact without a file name: {file}"))?);
+                    if !to.exists() {
+                        std::fs::hard_link(from, &to)
+                            .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
+                            .map_err(|err| format!("cannot link {} into {}: {err}", from.display(), snapshot.display()))?;
+                    }
+                    if to.extension().is_some_and(|ext| ext == "rlib") {
+                        rlibs.entry(message["package_id"].as_str().unwrap_or("").to_string()).or_default().push(to);
+                    }
+                }
+            }
+            Some("build-script-executed") => {
+                for path in message["linked_paths"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                    if !native.iter().any(|p| p == path) {
+                        native.push(path.to_string());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut flags = vec!["-L".to_string(), format!("dependency={}", snapshot.display())];
+    for path in native {
+        flags.push("-L".into());
+        flags.push(path);
+    }
+    for (name, pkg) in externs {
+        match rlibs.get(&pkg).map(Vec::as_slice) {
+            Some([rlib]) => {
+                flags.push("--extern".into());
+                flags.push(format!("{name}={}", rlib.display()));
+            }
+            Some(several) if several.len() > 1 => return Err(format!("cargo built {pkg} more than once ({several:?}): which one the runner links is unknown")),
+            _ => return Err(format!("cargo build of {} reported no rlib of {pkg}", manifest.display())),
+        }
+    }
+    let mut args = flags.join("\n");
+    args.push('\n');
+    util::write(&snapshot.join("link-args"), &args)?;
+    // cargo runs the wrapper for each of the about 240 units of evcxr's
+    // build: the virtualenv's interpreter without `site` starts in about
+    // 25 ms (`python3` through a version manager's shim can take 250 ms)
+    let quoted = |path: &Path| format!("'{}'", path.display().to_string().replace('\'', "'\\''"));
+    let wrapper = snapshot.join("rustc-wrapper");
+    let launcher = format!("#!/bin/sh\nexec {} -S {} {} \"$@\"\n", quoted(&setup::python()), quoted(&root().join("xtask/python/rustc_wrapper.py")), quoted(&snapshot.join("link-args")));
+    util::write(&wrapper, &launcher)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).map_err(|err| format!("cannot make {} executable: {err}", wrapper.display()))?;
+    Ok(BuiltLibrary { folder: snapshot })
+}
+
 /// The evcxr build folder of `slot`: outside the repository, because inside it
 /// cargo would take evcxr's crate for a stray member of our workspace.
 pub fn build_folder(slot: usize) -> PathBuf {
@@ -113,7 +307,8 @@ pub fn build_folder(slot: usize) -> PathBuf {
 }
 
 /// Replace slot `to`'s evcxr build folder by a copy of slot `from`'s, times
-/// kept, so that cargo finds the compiled dependencies up to date there too.
+/// kept, so that cargo finds the dependencies' placeholders (see
+/// [`BuiltLibrary`]) up to date there too.
 pub fn copy_build_folder(from: usize, to: usize) -> Result<()> {
     let (from, to) = (build_folder(from), build_folder(to));
     if to.exists() {
@@ -127,11 +322,12 @@ pub fn copy_build_folder(from: usize, to: usize) -> Result<()> {
     }
 }
 
-/// Execute a notebook headless with the evcxr kernel `kernel`; return each code
-/// cell's stdout (the preamble cell excluded) and any error outputs. Runs that
-/// happen at the same time need different `slot`s: each slot has its own
-/// evcxr build folder, reused by the slot's later runs.
-pub fn execute(notebook: &Path, figures_dir: &Path, kernel: &str, slot: usize) -> Result<Vec<String>> {
+/// Execute a notebook headless with the evcxr kernel `kernel`, its preamble
+/// replaced by one that links `library` (see [`BuiltLibrary`]); return each
+/// code cell's stdout (the preamble cell excluded) and any error outputs.
+/// Runs that happen at the same time need different `slot`s: each slot has
+/// its own evcxr build folder, reused by the slot's later runs.
+pub fn execute(notebook: &Path, figures_dir: &Path, kernel: &str, slot: usize, library: &BuiltLibrary) -> Result<Vec<String>> {
     let out_path = root().join("target/notebooks-run").join(notebook.file_name().unwrap());
     std::fs::create_dir_all(out_path.parent().unwrap()).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_dir_all(figures_dir);
@@ -147,9 +343,10 @@ pub fn execute(notebook: &Path, figures_dir: &Path, kernel: &str, slot: usize) -
         .arg("1800")
         .arg(notebook)
         .arg(&out_path)
+        .arg(library.preamble())
         .env("AGENTRL_FIGURES", figures_dir)
         .env("JUPYTER_PATH", setup::venv().join("share/jupyter"))
-        // one build folder per slot, so tch is compiled once per slot, not per kernel
+        // one build folder per slot (two kernels must not share one)
         .env("EVCXR_TMPDIR", &evcxr_dir)
         .current_dir(notebook.parent().unwrap())
         .status()
@@ -180,5 +377,64 @@ fn joined(value: &Value) -> String {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts.iter().filter_map(Value::as_str).collect(),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_preamble_loads_agentrl_tch_and_rand() {
+        let deps = preamble_deps();
+        let names: Vec<&str> = deps.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["agentrl", "tch", "rand"]);
+        assert_eq!(deps[0].1, "{ path = \"../agentrl\" }");
+    }
+
+    #[test]
+    fn a_package_satisfies_the_preamble_by_version_prefix_or_path() {
+        let registry = "registry+https://github.com/rust-lang/crates.io-index#";
+        assert!(satisfies(&format!("{registry}tch@0.26.0"), "\"0.26\""));
+        assert!(satisfies(&format!("{registry}rand@0.9.5"), "\"0.9\""));
+        assert!(!satisfies(&format!("{registry}tch@0.27.0"), "\"0.26\""));
+        assert!(!satisfies(&format!("{registry}rand@0.26.1"), "\"0.2\""));
+        let agentrl = format!("path+file://{}#0.1.0", root().join("agentrl").display());
+        assert!(satisfies(&agentrl, "{ path = \"../agentrl\" }"));
+        assert!(!satisfies(&agentrl, "{ path = \"../exercises\" }"));
+        assert!(!satisfies(&format!("{registry}agentrl@0.1.0"), "{ path = \"../agentrl\" }"));
+    }
+
+    /// The wrapper with `echo` for rustc: a cell's arguments are rewritten,
+    /// any other crate gets empty outputs and never reaches rustc.
+    #[test]
+    fn the_rustc_wrapper_links_cells_and_stubs_the_rest() {
+        let dir = std::env::temp_dir().join(format!("agentrl-wrapper-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let link_args = dir.join("link-args");
+        std::fs::write(&link_args, "-L\ndependency=/built\n--extern\nagentrl=/built/libagentrl-1.rlib\n").unwrap();
+        let script = root().join("xtask/python/rustc_wrapper.py");
+        // the interpreter the launcher uses, if setup has made it
+        let python = if setup::python().exists() { setup::python() } else { PathBuf::from("python3") };
+        let wrapper = |args: &[&str]| Command::new(&python).arg("-S").arg(&script).arg(&link_args).arg("echo").args(args).output().unwrap();
+
+        let cell = wrapper(&["--crate-name", "ctx", "--crate-type", "cdylib", "-L", "dependency=/evcxr/deps", "--extern", "agentrl=/evcxr/deps/libagentrl-2.rlib", "-Cprefer-dynamic"]);
+        assert!(cell.status.success(), "{cell:?}");
+        let line = String::from_utf8_lossy(&cell.stdout).trim().to_string();
+        assert_eq!(line, "--crate-name ctx --crate-type cdylib -Cprefer-dynamic -L dependency=/built --extern agentrl=/built/libagentrl-1.rlib");
+
+        let unknown = wrapper(&["--crate-name", "ctx", "--crate-type", "cdylib", "--extern", "serde=/evcxr/deps/libserde-3.rlib"]);
+        assert!(!unknown.status.success() && String::from_utf8_lossy(&unknown.stderr).contains("`serde`"), "{unknown:?}");
+
+        let out = dir.join("out");
+        let script_build = wrapper(&["--crate-name", "build_script_build", "--crate-type", "bin", "--emit=dep-info,link", "-C", "extra-filename=-abc", "--out-dir", out.to_str().unwrap()]);
+        let lib = wrapper(&["--crate-name", "tch", "--crate-type", "lib", "--emit=dep-info,metadata,link", "-C", "extra-filename=-def", "--out-dir", out.to_str().unwrap()]);
+        assert!(script_build.status.success() && script_build.stdout.is_empty() && lib.stdout.is_empty(), "{script_build:?} {lib:?}");
+        let mut files: Vec<String> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+        files.sort();
+        assert_eq!(files, ["build_script_build-abc", "build_script_build-abc.d", "libtch-def.rlib", "libtch-def.rmeta", "tch-def.d"]);
+        assert!(Command::new(out.join("build_script_build-abc")).status().unwrap().success());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

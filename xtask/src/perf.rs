@@ -37,22 +37,96 @@ fn processor() -> String {
     format!("{model} ({isa}, {cores} cores)")
 }
 
+/// The commit whose training step the table compares with: the last one
+/// before the loop's forward pass skipped the padding (length buckets).
+const BASELINE: &str = "9451f14";
+
+/// The train_step benchmark built from the source at `commit` (a work tree
+/// under `target/`) and from the current source, copied side by side into
+/// `target/criterion/` (both builds share the workspace's compiled
+/// dependencies, and cargo gives the two programs the same name).
+fn build_step_benchmarks(env: &[(String, String)]) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let tree = root().join("target/perf-baseline");
+    if !tree.join("Cargo.toml").exists() {
+        let _ = std::fs::remove_dir_all(&tree);
+        run(Command::new("git").args(["worktree", "add", "--force", "--detach"]).arg(&tree).arg(BASELINE).current_dir(root()))?;
+    }
+    // The baseline links the same libtorch.
+    std::fs::create_dir_all(tree.join(".venv")).map_err(|err| err.to_string())?;
+    let link = tree.join(".venv/libtorch");
+    if std::fs::symlink_metadata(&link).is_err() {
+        std::os::unix::fs::symlink(setup::libtorch(), &link).map_err(|err| format!("cannot link libtorch into {}: {err}", tree.display()))?;
+    }
+    let mut built = Vec::new();
+    for (name, dir) in [("train_step_baseline", tree.clone()), ("train_step_current", root())] {
+        let out = util::capture(
+            Command::new("cargo")
+                .args(["bench", "-p", "agentrl", "--bench", "train_step", "--no-run", "--message-format=json"])
+                .env("CARGO_TARGET_DIR", root().join("target"))
+                .envs(env.iter().cloned())
+                .current_dir(&dir),
+        )?;
+        if !out.status.success() {
+            return Err(format!("building the train_step benchmark in {} failed:\n{}", dir.display(), String::from_utf8_lossy(&out.stderr)));
+        }
+        let executable = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|m| m["target"]["name"] == "train_step")
+            .find_map(|m| m["executable"].as_str().map(str::to_string))
+            .ok_or_else(|| format!("cargo named no train_step executable in {}", dir.display()))?;
+        let copy = root().join("target/criterion").join(name);
+        std::fs::create_dir_all(copy.parent().unwrap()).map_err(|err| err.to_string())?;
+        std::fs::copy(&executable, &copy).map_err(|err| format!("cannot copy {executable}: {err}"))?;
+        built.push(copy);
+    }
+    Ok((built.remove(0), built.remove(0)))
+}
+
+/// Run the baseline's and the current training step alternately, `rounds`
+/// times each, and keep each run's printed table (the last run of each in
+/// `baseline_out` and `current_out`); returns the medians over rounds of
+/// (baseline step, current step, baseline learning, current learning), in seconds.
+fn step_ratios(env: &[(String, String)], rounds: usize, baseline_out: &std::path::Path, current_out: &std::path::Path) -> Result<(f64, f64, f64, f64)> {
+    let (baseline, current) = build_step_benchmarks(env)?;
+    let mut times: [Vec<f64>; 4] = Default::default();
+    for round in 0..rounds {
+        for (k, (program, keep)) in [(&baseline, baseline_out), (&current, current_out)].into_iter().enumerate() {
+            eprintln!("  training step, round {} of {rounds}: {}", round + 1, program.display());
+            let out = util::capture(Command::new(program).arg("--bench").envs(env.iter().cloned()).current_dir(root()))?;
+            if !out.status.success() {
+                return Err(format!("{} failed:\n{}", program.display(), String::from_utf8_lossy(&out.stderr)));
+            }
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            times[k].push(field(&text, "step", 0)?);
+            times[2 + k].push(field(&text, "learning", 0)?);
+            std::fs::write(keep, &text).map_err(|err| format!("cannot write {}: {err}", keep.display()))?;
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let [mut a, mut b, mut c, mut d] = times;
+    Ok((median(&mut a), median(&mut b), median(&mut c), median(&mut d)))
+}
+
 /// Run the benchmarks (unless `stored`: then rewrite the table from the
 /// results of the last run, kept in `target/`) and write the table.
 pub fn perf(stored: bool) -> Result<()> {
     let step_output = root().join("target/criterion/train_step.txt");
+    let baseline_output = root().join("target/criterion/train_step_baseline.txt");
+    let ratios_output = root().join("target/criterion/train_step_ratios.json");
     let (rust_speed, torch_speed) = (root().join("target/criterion/policy_speed_rust.txt"), root().join("target/criterion/policy_speed_pytorch.txt"));
     if !stored {
         setup::all(false)?;
         let env = setup::book_env();
         step("benchmarks: generation with and without the KV cache, the gym and its runners, padded and packed updates (criterion)");
         run(Command::new("cargo").args(["bench", "-p", "agentrl", "--bench", "generate", "--bench", "gym", "--bench", "packing"]).envs(env.clone()).current_dir(root()))?;
-        step("benchmark: one GRPO++ training step");
-        let out = util::capture(Command::new("cargo").args(["bench", "-p", "agentrl", "--bench", "train_step"]).envs(env).current_dir(root()))?;
-        if !out.status.success() {
-            return Err(format!("the train_step benchmark failed:\n{}", String::from_utf8_lossy(&out.stderr)));
-        }
-        std::fs::write(&step_output, &out.stdout).map_err(|err| format!("cannot write {}: {err}", step_output.display()))?;
+        step(&format!("benchmark: one GRPO++ training step, this commit against {BASELINE} (built side by side), three rounds alternating"));
+        let (before, after, learning_before, learning_after) = step_ratios(&env, 3, &baseline_output, &step_output)?;
+        let ratios = serde_json::json!({"baseline": BASELINE, "step_before": before, "step_after": after, "learning_before": learning_before, "learning_after": learning_after});
+        std::fs::write(&ratios_output, ratios.to_string()).map_err(|err| format!("cannot write {}: {err}", ratios_output.display()))?;
         step("the policy's speed: TinyAgent in tch (benchmark policy_speed), then the same model in PyTorch eager (benches/policy_speed.py)");
         let mut tch_bench = Command::new("cargo");
         tch_bench.args(["bench", "-p", "agentrl", "--bench", "policy_speed"]);
@@ -77,6 +151,9 @@ pub fn perf(stored: bool) -> Result<()> {
     let (cold, warm, process) = (median("runner", "in_process_cold_compile")?, median("runner", "in_process_cached_compile")?, median("runner", "process")?);
     let (generation, environment, learning) = (field(&text, "generation", 1)?, field(&text, "environment", 1)?, field(&text, "learning", 1)?);
     let per_action = field(&text, "sequence tokens per trained action token:", 0)?;
+    let ratios: Value = serde_json::from_str(&util::read(&ratios_output)?).map_err(|err| format!("{}: {err}", ratios_output.display()))?;
+    let number = |key: &str| ratios[key].as_f64().ok_or_else(|| format!("{}: no {key}", ratios_output.display()));
+    let (step_ratio, learning_ratio) = (number("step_before")? / number("step_after")?, number("learning_before")? / number("learning_after")?);
     let episode = median("gym", "random_episode")?;
     let (padded, sorted) = (median("update_64", "padded")?, median("update_64", "sorted")?);
     let (packed_384, packed_768) = (median("update_64", "packed_384")?, median("update_64", "packed_768")?);
@@ -90,6 +167,8 @@ pub fn perf(stored: bool) -> Result<()> {
         ("", "share of the environment (tools, test runs, observations)", format!("{environment:.0} %")),
         ("", "share of learning (advantages, forward and backward, optimiser)", format!("{learning:.0} %")),
         ("", "sequence tokens through the update per trained action token", format!("{per_action:.1}")),
+        ("", &format!("one step at commit {BASELINE} (padded update) / one step now (micro-batches of similar length); medians of 3 alternating runs"), format!("{step_ratio:.2}×")),
+        ("", "the same for the learning part alone", format!("{learning_ratio:.2}×")),
         ("the policy vs PyTorch", "tokens sampled per second with the KV cache, B = 1: TinyAgent in tch / the same model in PyTorch eager", format!("{:.2}×", speed(&rust, "decode 1 ")? / speed(&torch, "decode 1 ")?)),
         ("", "the same, B = 8", format!("{:.2}×", speed(&rust, "decode 8 ")? / speed(&torch, "decode 8 ")?)),
         ("", "the same, B = 32", format!("{:.2}×", speed(&rust, "decode 32 ")? / speed(&torch, "decode 32 ")?)),

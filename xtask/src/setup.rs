@@ -14,6 +14,8 @@ const MDBOOK: &str = "0.5.3"; // the mdBook that mdbook-katex 0.10.0 is built ag
 const MDBOOK_KATEX: &str = "0.10.0";
 const EVCXR: &str = "0.22.0";
 const KATEX_CSS: &str = "0.16.4"; // the KaTeX that mdbook-katex 0.10.0 renders with
+/// The JupyterLab that `cargo xtask lab` installs into `.venv` (the newest when it was added).
+pub const JUPYTERLAB: &str = "4.6.6";
 /// The OpenEnv client that Chapter 13's server is tested with (agentrl's
 /// `service::OPENENV_VERSION`; the integration test checks they agree).
 pub const OPENENV: &str = "0.3.0";
@@ -83,6 +85,47 @@ pub fn begin(browser: bool) -> Result<Tools> {
     Ok(tools)
 }
 
+/// What reading the book needs and nothing more (`cargo xtask book`): mdBook
+/// with mdbook-katex, built by `cargo install` while KaTeX's CSS and fonts are
+/// fetched. No virtualenv, no libtorch, no evcxr, no Chromium.
+pub fn reading() -> Result<()> {
+    let start = Instant::now();
+    let builds: Vec<_> = missing_tools().into_iter().filter(|(name, _)| name.starts_with("mdbook")).collect();
+    let fresh = !builds.is_empty();
+    let mut tools = Tools(fresh.then(|| std::thread::spawn(move || build_tools(builds))));
+    katex_assets()?;
+    tools.wait()?;
+    if fresh {
+        eprintln!("the book's reading tools are installed ({})", util::secs(start));
+    }
+    Ok(())
+}
+
+/// What the exercises crate needs (`cargo xtask exercises`): the project
+/// virtualenv with libtorch (or a link to yours), which `tch` links against.
+pub fn solving() -> Result<()> {
+    python_env()?;
+    libtorch_link()
+}
+
+/// What running the notebooks needs (`cargo xtask lab`): libtorch, Jupyter,
+/// evcxr's kernel and the kernelspecs, and JupyterLab at [`JUPYTERLAB`]; not
+/// mdBook, the OpenEnv client or Chromium.
+pub fn running() -> Result<()> {
+    let start = Instant::now();
+    python_env()?;
+    let builds: Vec<_> = missing_tools().into_iter().filter(|(name, _)| *name == "evcxr_jupyter").collect();
+    let fresh = !builds.is_empty();
+    let mut tools = Tools(fresh.then(|| std::thread::spawn(move || build_tools(builds))));
+    libtorch_link().and_then(|()| jupyter()).and_then(|()| jupyterlab())?;
+    kernelspec()?;
+    tools.wait()?;
+    if fresh {
+        eprintln!("the notebooks' tools are installed ({})", util::secs(start));
+    }
+    Ok(())
+}
+
 fn python_env() -> Result<()> {
     if python().exists() {
         return Ok(());
@@ -132,6 +175,25 @@ fn jupyter() -> Result<()> {
     pip(&["nbclient", "nbconvert", "jupyter_client"])
 }
 
+/// JupyterLab at [`JUPYTERLAB`] in `.venv`, for `cargo xtask lab` (the test
+/// command needs only nbclient).
+fn jupyterlab() -> Result<()> {
+    let installed = std::fs::read_dir(venv().join("lib"))
+        .map(|entries| entries.flatten().any(|entry| entry.path().join(format!("site-packages/jupyterlab-{JUPYTERLAB}.dist-info")).is_dir()))
+        .unwrap_or(false);
+    if installed && venv().join("bin/jupyter-lab").exists() {
+        return Ok(());
+    }
+    let t = Instant::now();
+    step(&format!("installing JupyterLab {JUPYTERLAB} into .venv with pip"));
+    pip(&[&format!("jupyterlab=={JUPYTERLAB}")])?;
+    if openenv_installed() {
+        eprintln!("  (pip's dependency \"ERROR\" about openenv-core is expected: setup installs its client without the server extras)");
+    }
+    eprintln!("  JupyterLab installed in {}", util::secs(t));
+    Ok(())
+}
+
 /// Is `openenv-core` at [`OPENENV`] installed with the packages its client imports?
 /// (Looks at the folders only, so the check costs no Python start.)
 fn openenv_installed() -> bool {
@@ -167,15 +229,21 @@ fn version_of(program: &Path) -> Option<String> {
 /// built in about half the time.
 const QUICK_INSTALL: &[(&str, &str)] = &[("CARGO_PROFILE_RELEASE_LTO", "false"), ("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")];
 
-/// The book tools that are missing or at another version, each with the
-/// crates `cargo install` builds for it: mdBook with mdbook-katex, and
-/// evcxr_jupyter.
+/// The book tools that are missing or at another version, each with what
+/// `cargo install` is given for it: mdBook, mdbook-katex, and evcxr_jupyter.
+/// mdBook is built without its `serve` and `watch` features (a web server and
+/// a file watcher the book never uses: `cargo xtask book --serve` serves the
+/// pages itself), about a third less to compile; mdBook and mdbook-katex
+/// build side by side (see [`build_tools`]).
 fn missing_tools() -> Vec<(&'static str, Vec<String>)> {
     let bin = cargo_bin();
     let missing = |name: &str, version: &str| !version_of(&bin.join(name)).is_some_and(|v| v.contains(version));
     let mut builds: Vec<(&str, Vec<String>)> = Vec::new();
-    if missing("mdbook", MDBOOK) || missing("mdbook-katex", MDBOOK_KATEX) {
-        builds.push(("mdbook", vec![format!("mdbook@{MDBOOK}"), format!("mdbook-katex@{MDBOOK_KATEX}")]));
+    if missing("mdbook", MDBOOK) {
+        builds.push(("mdbook", vec![format!("mdbook@{MDBOOK}"), "--no-default-features".into(), "--features".into(), "search".into()]));
+    }
+    if missing("mdbook-katex", MDBOOK_KATEX) {
+        builds.push(("mdbook-katex", vec![format!("mdbook-katex@{MDBOOK_KATEX}")]));
     }
     // evcxr_jupyter has no --version; ask cargo which version it installed.
     let installed = capture(Command::new("cargo").args(["install", "--list"]))
@@ -206,7 +274,8 @@ fn build_tools(builds: Vec<(&'static str, Vec<String>)>) -> Result<()> {
                     let outcome = run(Command::new("cargo").args(["install", "--locked"]).args(crates).envs(QUICK_INSTALL.iter().copied()).stdout(file).stderr(err_file));
                     match outcome {
                         Ok(()) => {
-                            eprintln!("  {} installed in {}", crates.join(" and "), util::secs(t));
+                            let names: Vec<&str> = crates.iter().map(String::as_str).filter(|c| c.contains('@')).collect();
+                            eprintln!("  {} installed in {}", names.join(" and "), util::secs(t));
                             Ok(())
                         }
                         Err(err) => {

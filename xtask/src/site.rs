@@ -6,6 +6,8 @@ use crate::util::{self, capture, root, run, Result};
 use std::collections::BTreeMap;
 use std::process::Command;
 
+/// Build the HTML book into `book/` with mdBook (math rendered by
+/// mdbook-katex) from the chapters as they are, and copy the figures in.
 pub fn build() -> Result<()> {
     let bin = util::cargo_bin();
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
@@ -76,11 +78,14 @@ fn serve_on(listener: std::net::TcpListener) {
     }
 }
 
-/// Static checks of the built pages, then Chapter 1 (and 0) loaded in headless Chromium.
-pub fn check_html() -> Result<()> {
+/// The checks of the built pages that need no browser: no page loads anything
+/// from a CDN (so the book reads offline), every formula rendered at build
+/// time, no include was left unexpanded, and every relative link names a file
+/// of the built book. One line per problem.
+pub fn static_problems() -> Result<Vec<String>> {
     let book = root().join("book");
     let mut problems = Vec::new();
-    for entry in std::fs::read_dir(&book).map_err(|e| e.to_string())? {
+    for entry in std::fs::read_dir(&book).map_err(|e| format!("cannot list {}: {e}", book.display()))? {
         let path = entry.map_err(|e| e.to_string())?.path();
         if path.extension().is_some_and(|e| e == "html") {
             let html = util::read(&path)?;
@@ -94,6 +99,13 @@ pub fn check_html() -> Result<()> {
             }
         }
     }
+    Ok(problems)
+}
+
+/// Static checks of the built pages, then Chapter 1 (and 0) loaded in headless Chromium.
+pub fn check_html() -> Result<()> {
+    let book = root().join("book");
+    let mut problems = static_problems()?;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || serve_on(listener));
