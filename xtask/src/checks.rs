@@ -439,8 +439,8 @@ pub fn refresh(query: Option<&str>) -> Result<()> {
 }
 
 /// `cargo xtask book --run [--serve]`: the full setup, then every chapter run
-/// (outputs and figures checked, figures rewritten), the notebooks
-/// regenerated, the HTML book built, and with `serve` served on `port`.
+/// (its outputs checked, the figures it draws written to figures/), the
+/// notebooks regenerated, the HTML book built, and with `serve` served on `port`.
 pub fn book(serve: bool, port: u16) -> Result<()> {
     let start = Instant::now();
     setup::all(false)?;

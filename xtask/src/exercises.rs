@@ -129,7 +129,7 @@ pub fn grade(chapter: &Chapter, solutions: bool, show_cargo: bool) -> Result<Rep
     if !stdout.contains("test result:") {
         let errors = if show_cargo { "cargo's errors are above".to_string() } else { String::from_utf8_lossy(&out.stderr).to_string() };
         return Err(format!(
-            "the exercises crate did not build ({}), so no exercise could be graded; every chapter's stubs must compile, even those you have not started: {errors}",
+            "the exercises crate did not build ({}), so no exercise could be graded (it compiles every chapter's stubs together: an error in any of them stops the grading): {errors}",
             out.status
         ));
     }

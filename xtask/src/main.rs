@@ -34,8 +34,8 @@ enum Cmd {
         browser: bool,
     },
     /// Build the HTML book from the chapters as committed (installing only mdBook, mdbook-katex and
-    /// KaTeX's CSS and fonts); with --run, run every chapter first, check its outputs and figures and
-    /// regenerate the notebooks.
+    /// KaTeX's CSS and fonts); with --run, first run every chapter, check its outputs, rewrite its
+    /// figures and regenerate the notebooks.
     Book {
         /// Serve the built book on http://127.0.0.1:PORT afterwards (until Ctrl-C).
         #[arg(long)]
@@ -43,8 +43,8 @@ enum Cmd {
         /// The port to serve on.
         #[arg(long, default_value_t = 3000, requires = "serve")]
         port: u16,
-        /// Re-derive every output first: run every written chapter, check its outputs and figures,
-        /// regenerate the notebooks (the full setup; about half an hour on two cores).
+        /// Re-derive every output first: run every written chapter, check its outputs, rewrite its
+        /// figures, regenerate the notebooks (the full setup, then about half an hour on two cores).
         #[arg(long)]
         run: bool,
     },
