@@ -85,7 +85,8 @@ pub fn sampled_moments(q: &[f64], p: &[f64], estimator: Estimator, n: usize, rng
 pub enum Placement {
     /// Subtract β · Σ_t k1 from each episode's reward, before advantages (as in RLHF's PPO).
     Reward,
-    /// Add β · (token mean of k3) to the loss, with its own gradient (as in GRPO).
+    /// Add β · k3 to the loss, averaged over the action tokens with the policy
+    /// loss's own normalisation, with its own gradient (as in GRPO).
     Loss,
 }
 
