@@ -16,7 +16,7 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+use statrs::distribution::{Beta, ContinuousCDF, Normal, StudentsT};
 
 /// The `q`-quantile of `samples` (0 ≤ q ≤ 1) by the nearest rank: the
 /// sorted value at index round((n − 1) q); 0 for no samples.
@@ -41,11 +41,23 @@ pub fn standard_error(values: &[f64]) -> (f64, f64) {
 /// interval, `t(0.975, n − 1) · s / √n` with `s` the sample standard
 /// deviation. Needs at least two values.
 pub fn mean_interval(values: &[f64]) -> (f64, f64) {
+    mean_interval_at(values, 0.975)
+}
+
+/// [`mean_interval`] with the quantile `q` of Student's t in place of
+/// 0.975: the interval covers the true mean with probability 2q − 1 (for
+/// m comparisons read at once, q = 1 − 0.025/m keeps the chance of any false
+/// detection below 5 %).
+pub fn mean_interval_at(values: &[f64], q: f64) -> (f64, f64) {
     let n = values.len();
     assert!(n >= 2, "an interval needs at least two values, got {n}");
     let (mean, se) = standard_error(values);
-    let t = StudentsT::new(0.0, 1.0, (n - 1) as f64).expect("n - 1 > 0 degrees of freedom").inverse_cdf(0.975);
-    (mean, t * se)
+    (mean, students_t(n - 1, q) * se)
+}
+
+/// The `q`-quantile of Student's t distribution with `df` degrees of freedom.
+pub fn students_t(df: usize, q: f64) -> f64 {
+    StudentsT::new(0.0, 1.0, df as f64).expect("df > 0 degrees of freedom").inverse_cdf(q)
 }
 
 /// [`mean_interval`] as text for a table: "mean ± half-width", 3 decimals.
@@ -75,6 +87,26 @@ pub fn paired_summary(a: &[f64], b: &[f64]) -> String {
     };
     format!("{mean:+.3} (95% interval {:+.3} to {:+.3}, {} paired seeds): {verdict}", mean - half, mean + half, a.len())
 }
+
+/// `mean(b) − mean(a)` for runs that share nothing (independent seeds), with
+/// the half-width of Welch's 95 % interval: Student's t with the
+/// Welch–Satterthwaite degrees of freedom times √(s_a²/n_a + s_b²/n_b).
+pub fn welch_difference(a: &[f64], b: &[f64]) -> (f64, f64) {
+    let ((mean_a, se_a), (mean_b, se_b)) = (standard_error(a), standard_error(b));
+    let (va, vb) = (se_a * se_a, se_b * se_b); // squared standard errors
+    let df = (va + vb).powi(2) / (va * va / (a.len() - 1) as f64 + vb * vb / (b.len() - 1) as f64);
+    let t = StudentsT::new(0.0, 1.0, df).expect("positive degrees of freedom").inverse_cdf(0.975);
+    (mean_b - mean_a, t * (va + vb).sqrt())
+}
+
+/// The smallest true mean difference that a paired design of `n` seeds
+/// detects (its 95 % interval excludes 0) in a share `power` of experiments,
+/// when the paired differences spread with standard deviation `sd`:
+/// (t(0.975, n − 1) + t(power, n − 1)) · sd / √n.
+pub fn minimum_detectable_effect(sd: f64, n: usize, power: f64) -> f64 {
+    assert!(n >= 2 && (0.5..1.0).contains(&power), "need n >= 2 seeds and a power in [0.5, 1) (got n = {n}, power = {power})");
+    (students_t(n - 1, 0.975) + students_t(n - 1, power)) * sd / (n as f64).sqrt()
+}
 // ANCHOR_END: interval
 
 // ANCHOR: wilson
@@ -90,6 +122,20 @@ pub fn wilson_interval(successes: usize, n: usize) -> (f64, f64) {
     let centre = (rate + z * z / (2.0 * n)) / denominator;
     let half = z / denominator * (rate * (1.0 - rate) / n + z * z / (4.0 * n * n)).sqrt();
     ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
+/// The Clopper–Pearson ("exact") 95 % interval for `successes` in `n`
+/// trials: the rates p under which a count at least as extreme as the one
+/// seen has probability at least 2.5 % on its side. Its ends are quantiles of
+/// Beta distributions; at 0 successes the upper end is 1 − 0.025^(1/n).
+/// It covers the true rate at least 95 % of the time for every p, at the
+/// price of being wider than Wilson's.
+pub fn clopper_pearson_interval(successes: usize, n: usize) -> (f64, f64) {
+    assert!(n > 0 && successes <= n, "a rate needs 0 <= successes <= n and n > 0 (got {successes} of {n})");
+    let (k, n_f) = (successes as f64, n as f64);
+    let low = if successes == 0 { 0.0 } else { Beta::new(k, n_f - k + 1.0).expect("positive shapes").inverse_cdf(0.025) };
+    let high = if successes == n { 1.0 } else { Beta::new(k + 1.0, n_f - k).expect("positive shapes").inverse_cdf(0.975) };
+    (low, high)
 }
 // ANCHOR_END: wilson
 
@@ -272,6 +318,42 @@ mod tests {
         let (mean, half) = mean_interval(&[1.0, 2.0, 3.0]);
         assert_eq!(band.len(), 2);
         assert!((band[1].0 - mean).abs() < 1e-12 && (band[1].2 - band[1].0 - half).abs() < 1e-12);
+    }
+
+    #[test]
+    fn clopper_pearson_matches_its_closed_forms_and_published_values() {
+        let (low, high) = clopper_pearson_interval(0, 39);
+        assert_eq!(low, 0.0);
+        assert!((high - (1.0 - 0.025f64.powf(1.0 / 39.0))).abs() < 1e-9, "{high}");
+        let (low, high) = clopper_pearson_interval(39, 39);
+        assert!((low - 0.025f64.powf(1.0 / 39.0)).abs() < 1e-9 && high == 1.0, "{low}");
+        // 5 of 20: R's binom.test gives 0.08657 to 0.49105.
+        let (low, high) = clopper_pearson_interval(5, 20);
+        assert!((low - 0.08657).abs() < 5e-5 && (high - 0.49105).abs() < 5e-5, "{low} {high}");
+        // Symmetric in successes and failures, and never narrower than Wilson at the ends.
+        for (k, n) in [(0, 10), (3, 10), (1, 160), (80, 160)] {
+            let (l, h) = clopper_pearson_interval(k, n);
+            let (l2, h2) = clopper_pearson_interval(n - k, n);
+            assert!((l - (1.0 - h2)).abs() < 1e-9 && (h - (1.0 - l2)).abs() < 1e-9);
+        }
+        assert!(clopper_pearson_interval(0, 39).1 > wilson_interval(0, 39).1);
+    }
+
+    #[test]
+    fn welch_and_the_detectable_effect_follow_their_formulas() {
+        // Equal sizes and spreads: Welch's degrees of freedom are 2(n − 1).
+        let a = [1.0, 2.0, 3.0, 4.0];
+        let b = [3.0, 4.0, 5.0, 6.0];
+        let (d, half) = welch_difference(&a, &b);
+        let se = (2.0 * (5.0 / 3.0) / 4.0f64).sqrt();
+        assert!((d - 2.0).abs() < 1e-12 && (half - students_t(6, 0.975) * se).abs() < 1e-9, "{d} {half}");
+        // With many seeds the detectable effect tends to (1.96 + 0.84) sd / √n.
+        let mde = minimum_detectable_effect(1.0, 10_000, 0.8);
+        assert!((mde - (1.959964 + 0.841621) / 100.0).abs() < 1e-4, "{mde}");
+        // Three seeds pay for their few degrees of freedom: t(0.975, 2) = 4.30, t(0.8, 2) = 1.06.
+        assert!((minimum_detectable_effect(1.0, 3, 0.8) - (4.3027 + 1.0607) / 3f64.sqrt()).abs() < 1e-3);
+        // The interval at q = 0.975 is mean_interval's.
+        assert_eq!(mean_interval_at(&a, 0.975), mean_interval(&a));
     }
 
     #[test]
