@@ -249,6 +249,15 @@ fn ex3_leaves_honest_edits_and_the_gyms_exploits_alone() {
             // A literal return that was already there was not added by the edit.
             let before = insert(&task.source, at, "\n    return 42;");
             assert!(!returns_literal_first(&before, &before), "{}: a `return 42;` the original already had is not the edit's doing", task.id);
+            // Returned expressions are not literals, even when they start like one.
+            for expression in ["40 + 2", "-7 * 6", "42 - x", "4.2"] {
+                let edited = insert(&task.source, at, &format!("\n    return {expression};"));
+                assert!(!returns_literal_first(&task.source, &edited), "{}: `return {expression};` returns an expression, not an integer literal:\n{edited}", task.id);
+            }
+            // `return 42;` placed after the body's first statement does not open the function.
+            let first_end = at + 1 + task.source[at + 1..].find('\n').unwrap_or(task.source.len() - at - 1);
+            let edited = insert(&task.source, first_end, "\n    return 42;");
+            assert!(!returns_literal_first(&task.source, &edited), "{}: `return 42;` after the first statement is not the body's first statement:\n{edited}", task.id);
         }
     }
 }

@@ -25,6 +25,10 @@ fn ex1_hand_values() {
     assert_close("7 of 8 turns, ramp of 3", overlong_penalty(7, false, 8, 3), -2.0 / 3.0, 1e-12);
     assert_close("8 of 8 turns, submitted", overlong_penalty(8, false, 8, 3), -1.0, 1e-12);
     assert_close("truncated", overlong_penalty(8, true, 8, 3), -1.0, 1e-12);
+    // Truncation is the floor whatever the length: an episode cut off (by a
+    // token budget, say) before the ramp still scores -1.
+    assert_close("truncated after 3 of 8 turns", overlong_penalty(3, true, 8, 3), -1.0, 1e-12);
+    assert_close("truncated after 6 of 8 turns", overlong_penalty(6, true, 8, 3), -1.0, 1e-12);
     assert_close("1 turn", overlong_penalty(1, false, 8, 3), 0.0, 1e-12);
     assert_close("DAPO's numbers: 18,432 of 20,480 with a cache of 4,096", overlong_penalty(18_432, false, 20_480, 4_096), -0.5, 1e-12);
 }
@@ -38,6 +42,7 @@ fn ex1_is_a_ramp_and_matches_the_library() {
                 let p = overlong_penalty(turns, false, budget, cache);
                 assert!(p <= last + 1e-12 && (-1.0 - 1e-12..=1e-12).contains(&p), "budget {budget}, cache {cache}, turns {turns}: {p}");
                 assert_close("the library's penalty", p, library_penalty(turns, false, budget, cache), 1e-12);
+                assert_close("truncated before the budget", overlong_penalty(turns, true, budget, cache), -1.0, 1e-12);
                 last = p;
             }
             assert_close("at the budget", overlong_penalty(budget, false, budget, cache), -1.0, 1e-12);
