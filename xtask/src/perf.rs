@@ -117,6 +117,7 @@ pub fn perf(stored: bool) -> Result<()> {
     let step_output = root().join("target/criterion/train_step.txt");
     let baseline_output = root().join("target/criterion/train_step_baseline.txt");
     let ratios_output = root().join("target/criterion/train_step_ratios.json");
+    let target_output = root().join("target/criterion/time_to_target.txt");
     let (rust_speed, torch_speed) = (root().join("target/criterion/policy_speed_rust.txt"), root().join("target/criterion/policy_speed_pytorch.txt"));
     if !stored {
         setup::all(false)?;
@@ -127,6 +128,12 @@ pub fn perf(stored: bool) -> Result<()> {
         let (before, after, learning_before, learning_after) = step_ratios(&env, 3, &baseline_output, &step_output)?;
         let ratios = serde_json::json!({"baseline": BASELINE, "step_before": before, "step_after": after, "learning_before": learning_before, "learning_after": learning_after});
         std::fs::write(&ratios_output, ratios.to_string()).map_err(|err| format!("cannot write {}: {err}", ratios_output.display()))?;
+        step("benchmark: GRPO++ to a mean held-out success of 0.8 over five seeds, two at a time");
+        let out = util::capture(Command::new("cargo").args(["bench", "-p", "agentrl", "--bench", "time_to_target"]).envs(env.clone()).current_dir(root()))?;
+        if !out.status.success() {
+            return Err(format!("the time_to_target benchmark failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+        }
+        std::fs::write(&target_output, &out.stdout).map_err(|err| format!("cannot write {}: {err}", target_output.display()))?;
         step("the policy's speed: TinyAgent in tch (benchmark policy_speed), then the same model in PyTorch eager (benches/policy_speed.py)");
         let mut tch_bench = Command::new("cargo");
         tch_bench.args(["bench", "-p", "agentrl", "--bench", "policy_speed"]);
@@ -157,6 +164,20 @@ pub fn perf(stored: bool) -> Result<()> {
     let episode = median("gym", "random_episode")?;
     let (padded, sorted) = (median("update_64", "padded")?, median("update_64", "sorted")?);
     let (packed_384, packed_768) = (median("update_64", "packed_384")?, median("update_64", "packed_768")?);
+    // The time-to-target run: its target line and the seeds' spread, or that it missed.
+    let target = util::read(&target_output)?;
+    let after = |label: &str| target.lines().find_map(|l| l.strip_prefix(label).map(str::to_string));
+    let (to_target, iteration, spread) = match (after("time to target: "), after("target: mean held-out >= 0.8 over 5 seeds first at iteration "), after("training seconds per seed to iteration ")) {
+        (Some(time), Some(iteration), Some(per_seed)) => {
+            let seconds = time.split_whitespace().next().unwrap_or("?").to_string();
+            let range = per_seed.split_once(": ").map(|(_, r)| r.to_string()).unwrap_or(per_seed.clone());
+            (format!("{seconds} s"), iteration, format!("{range} s"))
+        }
+        _ => {
+            let missed = after("target: mean held-out >= 0.8 ").ok_or_else(|| format!("{}: no target line", target_output.display()))?;
+            (missed, "–".to_string(), "–".to_string())
+        }
+    };
     let rows = [
         ("KV cache", "generating 256 tokens for 8 prompts: time without the cache / time with it", format!("{:.1}×", recomputed / cached)),
         ("64-bit weights", "the same generation with the cache: 64-bit weights / 32-bit weights", format!("{:.2}×", cached / single)),
@@ -169,6 +190,9 @@ pub fn perf(stored: bool) -> Result<()> {
         ("", "sequence tokens through the update per trained action token", format!("{per_action:.1}")),
         ("", &format!("one step at commit {BASELINE} (padded update) / one step now (micro-batches of similar length); medians of 3 alternating runs"), format!("{step_ratio:.2}×")),
         ("", "the same for the learning part alone", format!("{learning_ratio:.2}×")),
+        ("time to target", "wall seconds for GRPO++ (Chapter 9's configuration), five seeds two at a time on this machine's two cores, to a mean held-out success ≥ 0.8 over the seeds (training only; evaluations every 2 iterations not counted)", to_target),
+        ("", "the iteration at which the five seeds' mean first reached 0.8", iteration),
+        ("", "each seed's training seconds to that iteration, least to most", spread),
         ("the policy vs PyTorch", "tokens sampled per second with the KV cache, B = 1: TinyAgent in tch / the same model in PyTorch eager", format!("{:.2}×", speed(&rust, "decode 1 ")? / speed(&torch, "decode 1 ")?)),
         ("", "the same, B = 8", format!("{:.2}×", speed(&rust, "decode 8 ")? / speed(&torch, "decode 8 ")?)),
         ("", "the same, B = 32", format!("{:.2}×", speed(&rust, "decode 32 ")? / speed(&torch, "decode 32 ")?)),
