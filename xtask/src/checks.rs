@@ -403,11 +403,14 @@ pub fn setting(vars: &[String], queries: &[String]) -> Result<()> {
     tally.finish()
 }
 
-/// The HTML part of the test command alone (setup with the browser included).
+/// The HTML part of the test command alone (setup with the browser included),
+/// with the test command's checks of the chapters' text (anchors, module
+/// order, cells, notebooks up to date, links between chapters), which need no run.
 pub fn html() -> Result<()> {
     let start = Instant::now();
     setup::all(true)?;
     let mut tally = Tally::default();
+    static_checks(&mut tally, &chapter::all()?);
     tally.result("mdBook build", site::build());
     tally.result("HTML checks", site::check_html());
     eprintln!("  time: total: {}", secs(start));
@@ -515,6 +518,15 @@ fn execute_notebooks(tally: &mut Tally, chapters: &[Chapter]) {
     }
 }
 
+/// The checks of the chapters' text that need no run.
+fn static_checks(tally: &mut Tally, chapters: &[Chapter]) {
+    tally.check("anchors: each opens once per file and is closed", chapter::anchor_problems());
+    tally.check("order: no module, chapter or exercise uses a later chapter's module", chapter::order_problems());
+    tally.check("cells: no closure kept from one cell to the next (evcxr cannot)", chapter::kept_closure_problems());
+    tally.check("notebooks up to date", notebook_problems(chapters));
+    tally.check("links: every mention of another chapter links to it", chapter::link_problems());
+}
+
 /// Only the notebook check of the test command (setup included): every
 /// notebook (or those of `queries`) executed in Jupyter under the second
 /// setting, compared with its chapter.
@@ -569,11 +581,7 @@ pub fn test(jupyter: bool) -> Result<()> {
     times.insert("exercises", secs(t));
 
     let chapters: Vec<Chapter> = chapter::all()?;
-    tally.check("anchors: each opens once per file and is closed", chapter::anchor_problems());
-    tally.check("order: no module, chapter or exercise uses a later chapter's module", chapter::order_problems());
-    tally.check("cells: no closure kept from one cell to the next (evcxr cannot)", chapter::kept_closure_problems());
-    tally.check("notebooks up to date", notebook_problems(&chapters));
-    tally.check("links: every mention of another chapter links to it", chapter::link_problems());
+    static_checks(&mut tally, &chapters);
 
     let t = Instant::now();
     step("waiting for the book tools (mdBook, evcxr) if they are still building");
