@@ -30,16 +30,16 @@ pub fn sequence_logp(logp: &Tensor, mask: &Tensor) -> Tensor {
 pub struct Dpo {
     /// β: how far from the reference a unit of implicit reward lets the policy move.
     pub beta: f64,
-    /// ε: the share of pairs whose label is assumed flipped (0 is plain DPO).
+    /// ζ: the share of pairs whose label is assumed flipped (0 is plain DPO).
     pub label_smoothing: f64,
 }
 
 /// The loss of a batch of pairs and what it says about them.
 #[derive(Debug)]
 pub struct DpoLoss {
-    /// The mean over pairs of −(1 − ε) log σ(h) − ε log σ(−h), h = r_w − r_l: a scalar.
+    /// The mean over pairs of −(1 − ζ) log σ(h) − ζ log σ(−h), h = R_w − R_l: a scalar.
     pub loss: Tensor,
-    /// r_w = β (log π(y_w) − log π_ref(y_w)) and r_l likewise, detached: [P] each.
+    /// R_w = β (log π(y_w) − log π_ref(y_w)) and R_l likewise, detached: [P] each.
     pub chosen_rewards: Tensor,
     pub rejected_rewards: Tensor,
 }
@@ -52,7 +52,7 @@ impl Dpo {
     pub fn loss(&self, chosen: &Tensor, rejected: &Tensor, ref_chosen: &Tensor, ref_rejected: &Tensor) -> DpoLoss {
         let chosen_ratio = chosen - ref_chosen.detach(); // [P]: log π(y_w)/π_ref(y_w)
         let rejected_ratio = rejected - ref_rejected.detach(); // [P]
-        let h = (&chosen_ratio - &rejected_ratio) * self.beta; // [P]: r_w − r_l
+        let h = (&chosen_ratio - &rejected_ratio) * self.beta; // [P]: R_w − R_l
         let eps = self.label_smoothing;
         let per_pair = -h.log_sigmoid() * (1.0 - eps) - (-&h).log_sigmoid() * eps; // [P]
         DpoLoss {
@@ -69,7 +69,7 @@ impl DpoLoss {
         self.chosen_rewards.gt_tensor(&self.rejected_rewards).to_kind(REAL).mean(REAL).double_value(&[])
     }
 
-    /// The mean of r_w − r_l over pairs.
+    /// The mean of R_w − R_l over pairs.
     pub fn margin(&self) -> f64 {
         (&self.chosen_rewards - &self.rejected_rewards).mean(REAL).double_value(&[])
     }
@@ -163,7 +163,7 @@ mod tests {
     /// (rejected), reference −11 for both, so h = 0.1 · (1 − (−1)) = 0.2.
     /// −log σ(0.2) = ln(1 + e^(−0.2)) = 0.598138869; dL/dh = −σ(−0.2) = −0.450166003,
     /// so the gradient is −0.0450166003 for the chosen log-prob and +0.0450166003
-    /// for the rejected one. With ε = 0.1: 0.9 · 0.598138869 + 0.1 · ln(1 + e^0.2)
+    /// for the rejected one. With ζ = 0.1: 0.9 · 0.598138869 + 0.1 · ln(1 + e^0.2)
     /// = 0.9 · 0.598138869 + 0.1 · 0.798138869 = 0.618138869, and
     /// dL/dh = −0.9 σ(−0.2) + 0.1 σ(0.2) = −0.405149403 + 0.054983400 = −0.350166003.
     #[test]
@@ -173,7 +173,7 @@ mod tests {
             let rejected = scalar(&[-12.0]).set_requires_grad(true);
             let reference = scalar(&[-11.0]).set_requires_grad(true);
             let out = Dpo { beta: 0.1, label_smoothing: eps }.loss(&chosen, &rejected, &reference, &reference);
-            assert!((out.loss.double_value(&[]) - loss_by_hand).abs() < 1e-8, "ε = {eps}: loss {}", out.loss.double_value(&[]));
+            assert!((out.loss.double_value(&[]) - loss_by_hand).abs() < 1e-8, "ζ = {eps}: loss {}", out.loss.double_value(&[]));
             out.loss.backward();
             assert!((chosen.grad().double_value(&[0]) - 0.1 * dh_by_hand).abs() < 1e-9);
             assert!((rejected.grad().double_value(&[0]) + 0.1 * dh_by_hand).abs() < 1e-9);
@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn accuracy_and_margin_average_over_pairs() {
-        // Implicit rewards (β = 1): pair 0 r_w − r_l = 2 − 0 = 2; pair 1: 0 − 1 = −1.
+        // Implicit rewards (β = 1): pair 0 R_w − R_l = 2 − 0 = 2; pair 1: 0 − 1 = −1.
         let out = Dpo { beta: 1.0, label_smoothing: 0.0 }.loss(&scalar(&[-1.0, -3.0]), &scalar(&[-3.0, -2.0]), &scalar(&[-3.0, -3.0]), &scalar(&[-3.0, -3.0]));
         assert_eq!(out.accuracy(), 0.5);
         assert!((out.margin() - 0.5).abs() < 1e-12);
