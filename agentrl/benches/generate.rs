@@ -24,9 +24,18 @@ fn generation(c: &mut Criterion) {
     tch::set_num_threads(1);
     tch::manual_seed(0);
     let model = TinyAgent::new(BASE.model, tch::Device::Cpu);
-    let prompts: Vec<Vec<u32>> = (0..BATCH).map(|b| (0..PROMPT).map(|i| (7 + 13 * i + b) as u32 % 1000).collect()).collect();
+    let prompts: Vec<Vec<u32>> = (0..BATCH)
+        .map(|b| {
+            (0..PROMPT)
+                .map(|i| (7 + 13 * i + b) as u32 % 1000)
+                .collect()
+        })
+        .collect();
     let mut group = c.benchmark_group("generate_256");
-    group.throughput(Throughput::Elements((BATCH * NEW) as u64)).sample_size(10).measurement_time(Duration::from_secs(20));
+    group
+        .throughput(Throughput::Elements((BATCH * NEW) as u64))
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(20));
     for (name, use_cache) in [("kv_cache", true), ("recompute", false)] {
         let model = &model;
         group.bench_function(name, |b| {

@@ -22,7 +22,9 @@ fn gym(c: &mut Criterion) {
         run_episode(&mut env, i % tasks, &mut policy, None);
     }
     let mut group = c.benchmark_group("gym");
-    group.throughput(Throughput::Elements(1)).measurement_time(Duration::from_secs(5));
+    group
+        .throughput(Throughput::Elements(1))
+        .measurement_time(Duration::from_secs(5));
     let mut i = 0;
     group.bench_function("random_episode", |b| {
         b.iter(|| {
@@ -45,10 +47,14 @@ fn runners(c: &mut Criterion) {
             black_box(cold.run(&format!("{}// {n}\n", task.source), &task.public_tests))
         })
     });
-    group.bench_function("in_process_cached_compile", |b| b.iter(|| black_box(Guarded::shared().run(&task.source, &task.public_tests))));
+    group.bench_function("in_process_cached_compile", |b| {
+        b.iter(|| black_box(Guarded::shared().run(&task.source, &task.public_tests)))
+    });
     let process = ProcessRunner::new(env!("CARGO_BIN_EXE_sandbox-child"));
     group.sample_size(30);
-    group.bench_function("process", |b| b.iter(|| black_box(process.run(&task.source, &task.public_tests))));
+    group.bench_function("process", |b| {
+        b.iter(|| black_box(process.run(&task.source, &task.public_tests)))
+    });
     group.finish();
 }
 

@@ -51,7 +51,13 @@ fn main() {
     println!("parameters {}", model.parameter_count());
     for b in [1i64, 8, 32] {
         // The same prompts as the PyTorch script: (13 i + 7 + row) mod V.
-        let prompts: Vec<Vec<u32>> = (0..b).map(|row| (0..PROMPT).map(|i| ((13 * i + 7 + row) % vocab) as u32).collect()).collect();
+        let prompts: Vec<Vec<u32>> = (0..b)
+            .map(|row| {
+                (0..PROMPT)
+                    .map(|i| ((13 * i + 7 + row) % vocab) as u32)
+                    .collect()
+            })
+            .collect();
         let mut rng = StdRng::seed_from_u64(0);
         let seconds = median_time(|| {
             let out = model.generate(&prompts, NEW, &[], Sampling::PURE, &mut rng, true);
@@ -60,18 +66,31 @@ fn main() {
         println!("decode {b} {:.1}", (b as usize * NEW) as f64 / seconds);
     }
     // One training step on the PyTorch script's batch.
-    let mut opt = nn::AdamW::default().build(&model.vs, 1e-3).expect("an optimiser");
+    let mut opt = nn::AdamW::default()
+        .build(&model.vs, 1e-3)
+        .expect("an optimiser");
     let position = Tensor::arange(T_TRAIN, (Kind::Int64, tch::Device::Cpu)).unsqueeze(0); // [1, T]
     let row = Tensor::arange(B_TRAIN, (Kind::Int64, tch::Device::Cpu)).unsqueeze(1); // [B, 1]
     let ids = (&position * 31 + &row * 5).remainder(vocab); // [B, T]
-    let mask = (&position + &row).remainder(7).eq(3).logical_and(&position.gt(0)).to_kind(REAL); // [B, T]
+    let mask = (&position + &row)
+        .remainder(7)
+        .eq(3)
+        .logical_and(&position.gt(0))
+        .to_kind(REAL); // [B, T]
     let sign = row.remainder(2).eq(0).to_kind(REAL) * 2.0 - 1.0; // [B, 1]: +1 on even rows, -1 on odd
-    let batch = Batch { valid: ids.ones_like().to_kind(Kind::Bool), logprobs: mask.zeros_like(), rewards: Tensor::zeros([B_TRAIN], (REAL, tch::Device::Cpu)), ids, mask };
+    let batch = Batch {
+        valid: ids.ones_like().to_kind(Kind::Bool),
+        logprobs: mask.zeros_like(),
+        rewards: Tensor::zeros([B_TRAIN], (REAL, tch::Device::Cpu)),
+        ids,
+        mask,
+    };
     let advantages = &sign * &batch.mask; // [B, T]
     let seconds = median_time(|| {
         let f = forward(&model, &batch);
         let tokens = batch.mask.sum(REAL);
-        let loss = -(&advantages * &f.logp).sum(REAL) / &tokens - 0.001 * (&f.entropy * &batch.mask).sum(REAL) / &tokens;
+        let loss = -(&advantages * &f.logp).sum(REAL) / &tokens
+            - 0.001 * (&f.entropy * &batch.mask).sum(REAL) / &tokens;
         opt.backward_step(&loss);
     });
     println!("train_step {seconds:.6}");

@@ -28,7 +28,11 @@ const CORES: usize = 2;
 
 /// Training seconds (generation, environment, learning) of the iterations before `iteration`.
 fn seconds_to(run: &[TrainRecord], iteration: usize) -> f64 {
-    run[..iteration].iter().filter_map(|r| r.time).map(|t| t.generation + t.environment + t.learning).sum()
+    run[..iteration]
+        .iter()
+        .filter_map(|r| r.time)
+        .map(|t| t.generation + t.environment + t.learning)
+        .sum()
 }
 
 /// The wall time of jobs of these durations taken in order by `cores`
@@ -36,7 +40,10 @@ fn seconds_to(run: &[TrainRecord], iteration: usize) -> f64 {
 fn makespan(durations: &[f64], cores: usize) -> f64 {
     let mut free_at = vec![0.0f64; cores];
     for &d in durations {
-        let next = free_at.iter_mut().min_by(|a, b| a.total_cmp(b)).expect("a worker");
+        let next = free_at
+            .iter_mut()
+            .min_by(|a, b| a.total_cmp(b))
+            .expect("a worker");
         *next += d;
     }
     free_at.into_iter().fold(0.0, f64::max)
@@ -47,7 +54,11 @@ fn main() {
     tch::set_num_threads(1);
     let gym = Gym::standard();
     let root = std::env::temp_dir().join(format!("agentrl-time-to-target-{}", std::process::id()));
-    let config = TrainConfig { iterations: ITERATIONS, eval_every: EVAL_EVERY, ..TrainConfig::grpo_plus_plus() };
+    let config = TrainConfig {
+        iterations: ITERATIONS,
+        eval_every: EVAL_EVERY,
+        ..TrainConfig::grpo_plus_plus()
+    };
     let configs: Vec<TrainConfig> = SEEDS.iter().map(|&s| config.seeded(s)).collect();
     let started = std::time::Instant::now();
     let runs = train_from_base(&gym, plain_runs(&configs), CORES, &root);
@@ -55,18 +66,28 @@ fn main() {
     std::fs::remove_dir_all(&root).ok();
 
     println!("GRPO++ (Chapter 9's configuration), {} seeds two at a time, held-out success on 160 episodes every {EVAL_EVERY} iterations", SEEDS.len());
-    println!("{:>9} {:>9} {:>7} {:>17}", "iteration", "episodes", "mean", "95% interval");
+    println!(
+        "{:>9} {:>9} {:>7} {:>17}",
+        "iteration", "episodes", "mean", "95% interval"
+    );
     let mut reached = None;
     for iteration in (0..=ITERATIONS).step_by(EVAL_EVERY) {
         let (mean, half) = mean_interval(&held_out_at(&runs, iteration));
-        println!("{iteration:>9} {:>9} {mean:>7.3} {:>7.3} to {:.3}", runs[0][iteration].episodes, mean - half, mean + half);
+        println!(
+            "{iteration:>9} {:>9} {mean:>7.3} {:>7.3} to {:.3}",
+            runs[0][iteration].episodes,
+            mean - half,
+            mean + half
+        );
         if reached.is_none() && mean >= TARGET {
             reached = Some(iteration);
         }
     }
     // Each seed on its own: the first evaluation point at or above the target.
     for (seed, run) in SEEDS.iter().zip(&runs) {
-        let own = (0..=ITERATIONS).step_by(EVAL_EVERY).find(|&i| run[i].held_out_success.unwrap_or(0.0) >= TARGET);
+        let own = (0..=ITERATIONS)
+            .step_by(EVAL_EVERY)
+            .find(|&i| run[i].held_out_success.unwrap_or(0.0) >= TARGET);
         match own {
             Some(i) => println!("seed {seed}: held-out >= {TARGET} first at iteration {i}, after {:.1} training seconds", seconds_to(run, i)),
             None => println!("seed {seed}: held-out never >= {TARGET} in {ITERATIONS} iterations ({:.1} training seconds)", seconds_to(run, ITERATIONS)),
@@ -76,11 +97,21 @@ fn main() {
     match reached {
         Some(iteration) => {
             let per_seed: Vec<f64> = runs.iter().map(|run| seconds_to(run, iteration)).collect();
-            let (low, high) = per_seed.iter().fold((f64::INFINITY, 0.0f64), |(l, h), &s| (l.min(s), h.max(s)));
-            println!("target: mean held-out >= {TARGET} over {} seeds first at iteration {iteration}", SEEDS.len());
+            let (low, high) = per_seed
+                .iter()
+                .fold((f64::INFINITY, 0.0f64), |(l, h), &s| (l.min(s), h.max(s)));
+            println!(
+                "target: mean held-out >= {TARGET} over {} seeds first at iteration {iteration}",
+                SEEDS.len()
+            );
             println!("training seconds per seed to iteration {iteration}: {low:.1} to {high:.1}");
-            println!("time to target: {:.1} s on {CORES} cores", makespan(&per_seed, CORES));
+            println!(
+                "time to target: {:.1} s on {CORES} cores",
+                makespan(&per_seed, CORES)
+            );
         }
-        None => println!("target: mean held-out >= {TARGET} not reached in {ITERATIONS} iterations"),
+        None => {
+            println!("target: mean held-out >= {TARGET} not reached in {ITERATIONS} iterations")
+        }
     }
 }

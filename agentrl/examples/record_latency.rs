@@ -13,8 +13,16 @@ use std::time::Instant;
 fn main() {
     let gym = Gym::standard();
     let exe = std::env::current_exe().expect("this program's path");
-    let child = exe.parent().and_then(|d| d.parent()).map(|d| d.join("sandbox-child")).expect("the target folder");
-    assert!(child.exists(), "build the child first: cargo build --release -p agentrl --bin sandbox-child ({})", child.display());
+    let child = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|d| d.join("sandbox-child"))
+        .expect("the target folder");
+    assert!(
+        child.exists(),
+        "build the child first: cargo build --release -p agentrl --bin sandbox-child ({})",
+        child.display()
+    );
     let process = ProcessRunner::new(child);
     let (mut in_process, mut processes) = (Vec::new(), Vec::new());
     let time = |f: &dyn Fn()| {
@@ -26,7 +34,8 @@ fn main() {
     let mut n = 0;
     for task in &gym.train {
         let tests: &[Test] = &task.public_tests;
-        let files = std::iter::once(task.source.clone()).chain(task.menu.iter().filter_map(|edit| edit.apply(&task.source)));
+        let files = std::iter::once(task.source.clone())
+            .chain(task.menu.iter().filter_map(|edit| edit.apply(&task.source)));
         for source in files {
             n += 1;
             let cold = Guarded::new(RunLimits::default()); // an empty compile cache
@@ -38,11 +47,27 @@ fn main() {
     }
     let machine = agentrl::book::machine();
     let recorded = Recorded { machine, what: "one suite of public tests per call, every training task's buggy file and each one-edit file".into(), in_process, process: processes };
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace").join("data");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .join("data");
     std::fs::create_dir_all(&root).expect("data folder");
     let path = root.join("latency.json");
-    let round = |v: &[f64]| v.iter().map(|x| (x * 1e4).round() / 1e4).collect::<Vec<_>>();
-    let stored = Recorded { in_process: round(&recorded.in_process), process: round(&recorded.process), ..recorded };
+    let round = |v: &[f64]| {
+        v.iter()
+            .map(|x| (x * 1e4).round() / 1e4)
+            .collect::<Vec<_>>()
+    };
+    let stored = Recorded {
+        in_process: round(&recorded.in_process),
+        process: round(&recorded.process),
+        ..recorded
+    };
     std::fs::write(&path, serde_json::to_string(&stored).expect("json")).expect("write");
-    eprintln!("wrote {} ({} in-process and {} process samples)", path.display(), stored.in_process.len(), stored.process.len());
+    eprintln!(
+        "wrote {} ({} in-process and {} process samples)",
+        path.display(),
+        stored.in_process.len(),
+        stored.process.len()
+    );
 }

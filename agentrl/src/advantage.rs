@@ -21,17 +21,28 @@ use tch::{nn, Device, Kind, Tensor};
 /// REINFORCE on the softmax bandit with a constant baseline `b`:
 /// (1/n) Σ_i (R_i − b) ∇ log π_θ(a_i). Unbiased for every b, since
 /// E[∇ log π] = 0; its variance depends on b.
-pub fn reinforce_gradient_with_baseline(theta: &[f64], p: &[f64], n: usize, baseline: f64, rng: &mut StdRng) -> Vec<f64> {
+pub fn reinforce_gradient_with_baseline(
+    theta: &[f64],
+    p: &[f64],
+    n: usize,
+    baseline: f64,
+    rng: &mut StdRng,
+) -> Vec<f64> {
     let theta = Tensor::from_slice(theta).set_requires_grad(true); // [K]
-    let probs = Vec::<f64>::try_from(theta.softmax(-1, Kind::Double).detach()).expect("probabilities");
+    let probs =
+        Vec::<f64>::try_from(theta.softmax(-1, Kind::Double).detach()).expect("probabilities");
     let (mut actions, mut advantages) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for _ in 0..n {
         let a = sample_action(&probs, rng);
         actions.push(a as i64);
         advantages.push(f64::from(rng.random::<f64>() < p[a]) - baseline);
     }
-    let logp = theta.log_softmax(-1, Kind::Double).index_select(0, &Tensor::from_slice(&actions)); // [N]
-    (Tensor::from_slice(&advantages) * logp).mean(Kind::Double).backward();
+    let logp = theta
+        .log_softmax(-1, Kind::Double)
+        .index_select(0, &Tensor::from_slice(&actions)); // [N]
+    (Tensor::from_slice(&advantages) * logp)
+        .mean(Kind::Double)
+        .backward();
     Vec::<f64>::try_from(theta.grad()).expect("a gradient per arm")
 }
 // ANCHOR_END: baseline
@@ -62,7 +73,10 @@ pub fn group_advantages(rewards: &[f64], baseline: GroupBaseline) -> Vec<f64> {
                 return vec![0.0; rewards.len()];
             }
             let total: f64 = rewards.iter().sum();
-            rewards.iter().map(|r| r - (total - r) / (g - 1.0)).collect()
+            rewards
+                .iter()
+                .map(|r| r - (total - r) / (g - 1.0))
+                .collect()
         }
         GroupBaseline::MeanStd => {
             let std = (rewards.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / g).sqrt();
@@ -74,9 +88,17 @@ pub fn group_advantages(rewards: &[f64], baseline: GroupBaseline) -> Vec<f64> {
 
 /// The bandit's gradient estimated from `groups` groups of `g` draws each, with
 /// a group baseline: (1/(groups·g)) Σ A_i ∇ log π_θ(a_i).
-pub fn group_gradient(theta: &[f64], p: &[f64], groups: usize, g: usize, baseline: GroupBaseline, rng: &mut StdRng) -> Vec<f64> {
+pub fn group_gradient(
+    theta: &[f64],
+    p: &[f64],
+    groups: usize,
+    g: usize,
+    baseline: GroupBaseline,
+    rng: &mut StdRng,
+) -> Vec<f64> {
     let theta = Tensor::from_slice(theta).set_requires_grad(true); // [K]
-    let probs = Vec::<f64>::try_from(theta.softmax(-1, Kind::Double).detach()).expect("probabilities");
+    let probs =
+        Vec::<f64>::try_from(theta.softmax(-1, Kind::Double).detach()).expect("probabilities");
     let (mut actions, mut advantages) = (Vec::new(), Vec::new());
     for _ in 0..groups {
         let mut rewards = Vec::with_capacity(g);
@@ -87,8 +109,12 @@ pub fn group_gradient(theta: &[f64], p: &[f64], groups: usize, g: usize, baselin
         }
         advantages.extend(group_advantages(&rewards, baseline));
     }
-    let logp = theta.log_softmax(-1, Kind::Double).index_select(0, &Tensor::from_slice(&actions)); // [groups·G]
-    (Tensor::from_slice(&advantages) * logp).mean(Kind::Double).backward();
+    let logp = theta
+        .log_softmax(-1, Kind::Double)
+        .index_select(0, &Tensor::from_slice(&actions)); // [groups·G]
+    (Tensor::from_slice(&advantages) * logp)
+        .mean(Kind::Double)
+        .backward();
     Vec::<f64>::try_from(theta.grad()).expect("a gradient per arm")
 }
 
@@ -97,8 +123,14 @@ pub fn group_gradient(theta: &[f64], p: &[f64], groups: usize, g: usize, baselin
 /// the values of its states `values` (length T + 1; the last is the value
 /// after the final step, 0 at a terminal state).
 pub fn td_errors(rewards: &[f64], values: &[f64], gamma: f64) -> Vec<f64> {
-    assert_eq!(values.len(), rewards.len() + 1, "one value per state, the final one included");
-    (0..rewards.len()).map(|t| rewards[t] + gamma * values[t + 1] - values[t]).collect()
+    assert_eq!(
+        values.len(),
+        rewards.len() + 1,
+        "one value per state, the final one included"
+    );
+    (0..rewards.len())
+        .map(|t| rewards[t] + gamma * values[t + 1] - values[t])
+        .collect()
 }
 
 /// Generalised advantage estimation: Â_t = Σ_k (γλ)^k δ_{t+k}, computed
@@ -119,7 +151,15 @@ pub fn gae(rewards: &[f64], values: &[f64], gamma: f64, lambda: f64) -> Vec<f64>
 // ANCHOR: critic
 /// A tabular critic learned by TD(0): V(s) ← V(s) + α (r + γ V(s') − V(s)),
 /// from episodes of `policy` on `mdp`.
-pub fn td0_critic(mdp: &Mdp, policy: &Policy, start: usize, gamma: f64, alpha: f64, episodes: usize, rng: &mut StdRng) -> Vec<f64> {
+pub fn td0_critic(
+    mdp: &Mdp,
+    policy: &Policy,
+    start: usize,
+    gamma: f64,
+    alpha: f64,
+    episodes: usize,
+    rng: &mut StdRng,
+) -> Vec<f64> {
     let mut v = vec![0.0; mdp.n_states()];
     for _ in 0..episodes {
         let mut s = start;
@@ -129,7 +169,11 @@ pub fn td0_critic(mdp: &Mdp, policy: &Policy, start: usize, gamma: f64, alpha: f
             }
             let a = sample_action(&policy[s], rng);
             let (next, r) = mdp.step(s, a, rng);
-            let target = r + if mdp.terminal[next] { 0.0 } else { gamma * v[next] };
+            let target = r + if mdp.terminal[next] {
+                0.0
+            } else {
+                gamma * v[next]
+            };
             v[s] += alpha * (target - v[s]);
             s = next;
         }
@@ -152,7 +196,11 @@ impl ValueHead {
         let mut vs = nn::VarStore::new(device);
         vs.set_kind(REAL);
         // Zero weights: V = 0 everywhere at first, so the first updates are plain REINFORCE.
-        let zero = nn::LinearConfig { ws_init: nn::Init::Const(0.0), bs_init: Some(nn::Init::Const(0.0)), bias: true };
+        let zero = nn::LinearConfig {
+            ws_init: nn::Init::Const(0.0),
+            bs_init: Some(nn::Init::Const(0.0)),
+            bias: true,
+        };
         let linear = nn::linear(vs.root() / "value", d_model, 1, zero);
         ValueHead { vs, linear }
     }
@@ -196,12 +244,29 @@ pub enum Credit {
 }
 
 /// For one trajectory: (state position, action tokens it baselines) pairs under `credit`.
-pub fn credit_states(trajectory: &Trajectory, credit: Credit) -> Vec<(usize, std::ops::Range<usize>)> {
+pub fn credit_states(
+    trajectory: &Trajectory,
+    credit: Credit,
+) -> Vec<(usize, std::ops::Range<usize>)> {
     let spans = action_states(trajectory);
     match credit {
-        Credit::Episode => spans.first().map(|&(state, _, _)| spans.iter().map(|&(_, start, end)| (state, start..end)).collect()).unwrap_or_default(),
-        Credit::Turn => spans.iter().map(|&(state, start, end)| (state, start..end)).collect(),
-        Credit::Token => spans.iter().flat_map(|&(_, start, end)| (start..end).map(|t| (t - 1, t..t + 1))).collect(),
+        Credit::Episode => spans
+            .first()
+            .map(|&(state, _, _)| {
+                spans
+                    .iter()
+                    .map(|&(_, start, end)| (state, start..end))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        Credit::Turn => spans
+            .iter()
+            .map(|&(state, start, end)| (state, start..end))
+            .collect(),
+        Credit::Token => spans
+            .iter()
+            .flat_map(|&(_, start, end)| (start..end).map(|t| (t - 1, t..t + 1)))
+            .collect(),
     }
 }
 
@@ -210,9 +275,15 @@ pub fn credit_states(trajectory: &Trajectory, credit: Credit) -> Vec<(usize, std
 /// reward arrives after the last, and GAE(γ = 1, λ) runs over them (λ = 1:
 /// A = R − V(s)). Also each episode's value targets, (state position, A + V):
 /// the λ-returns the critic learns towards.
-pub fn critic_advantages(values: &Tensor, trajectories: &[Trajectory], credit: Credit, lambda: f64) -> (Tensor, Vec<Vec<(usize, f64)>>) {
+pub fn critic_advantages(
+    values: &Tensor,
+    trajectories: &[Trajectory],
+    credit: Credit,
+    lambda: f64,
+) -> (Tensor, Vec<Vec<(usize, f64)>>) {
     let (b, t) = values.size2().unwrap();
-    let v = Vec::<f64>::try_from(values.detach().to_device(Device::Cpu).reshape([-1])).expect("values");
+    let v =
+        Vec::<f64>::try_from(values.detach().to_device(Device::Cpu).reshape([-1])).expect("values");
     let mut advantages = vec![0f64; (b * t) as usize];
     let mut targets = Vec::with_capacity(trajectories.len());
     for (row, trajectory) in trajectories.iter().enumerate() {
@@ -228,12 +299,27 @@ pub fn critic_advantages(values: &Tensor, trajectories: &[Trajectory], credit: C
         state_values.push(0.0); // after the episode
         let step_advantages = gae(&rewards, &state_values, 1.0, lambda);
         for (state, tokens) in assigned {
-            let k = states.iter().position(|&s| s == state).expect("a listed state");
+            let k = states
+                .iter()
+                .position(|&s| s == state)
+                .expect("a listed state");
             advantages[base + tokens.start..base + tokens.end].fill(step_advantages[k]);
         }
-        targets.push(states.iter().zip(&step_advantages).zip(&state_values).map(|((&s, &a), &value)| (s, a + value)).collect());
+        targets.push(
+            states
+                .iter()
+                .zip(&step_advantages)
+                .zip(&state_values)
+                .map(|((&s, &a), &value)| (s, a + value))
+                .collect(),
+        );
     }
-    (Tensor::from_slice(&advantages).view([b, t]).to_device(values.device()), targets)
+    (
+        Tensor::from_slice(&advantages)
+            .view([b, t])
+            .to_device(values.device()),
+        targets,
+    )
 }
 // ANCHOR_END: value_head
 
@@ -254,19 +340,37 @@ pub struct Critic {
 
 impl Critic {
     pub fn new(lr: f64, credit: Credit, lambda: f64) -> Critic {
-        Critic { lr, credit, lambda, head: None, targets: Vec::new() }
+        Critic {
+            lr,
+            credit,
+            lambda,
+            head: None,
+            targets: Vec::new(),
+        }
     }
 
     /// The advantages of a rollout [N, T], before any update; keeps the targets.
-    pub fn rollout_advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch) -> Tensor {
+    pub fn rollout_advantages(
+        &mut self,
+        model: &TinyAgent,
+        trajectories: &[Trajectory],
+        rollout: &Batch,
+    ) -> Tensor {
         let lr = self.lr;
         let (head, _) = self.head.get_or_insert_with(|| {
             let head = ValueHead::new(model.config.d_model, model.device());
-            let opt = nn::Adam::default().build(&head.vs, lr).expect("an optimiser for the critic");
+            let opt = nn::Adam::default()
+                .build(&head.vs, lr)
+                .expect("an optimiser for the critic");
             (head, opt)
         });
         let hidden = tch::no_grad(|| crate::pg::forward(model, rollout).hidden); // [N, T, D], without computing on padding
-        let (advantages, targets) = critic_advantages(&head.values(&hidden), trajectories, self.credit, self.lambda);
+        let (advantages, targets) = critic_advantages(
+            &head.values(&hidden),
+            trajectories,
+            self.credit,
+            self.lambda,
+        );
         self.targets = targets;
         advantages // [N, T]
     }
@@ -284,8 +388,13 @@ impl Critic {
             }
         }
         let device = values.device();
-        let index = [Some(Tensor::from_slice(&at_row).to_device(device)), Some(Tensor::from_slice(&at_position).to_device(device))];
-        let loss = (values.index(&index) - Tensor::from_slice(&target).to_device(device)).square().mean(REAL); // []
+        let index = [
+            Some(Tensor::from_slice(&at_row).to_device(device)),
+            Some(Tensor::from_slice(&at_position).to_device(device)),
+        ];
+        let loss = (values.index(&index) - Tensor::from_slice(&target).to_device(device))
+            .square()
+            .mean(REAL); // []
         opt.backward_step(&loss);
         loss.double_value(&[])
     }
@@ -293,11 +402,26 @@ impl Critic {
 
 /// REINFORCE with a critic: Chapter 6's loss with the critic's advantages.
 impl Algorithm for Critic {
-    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, _rewards: &[f64], _group: usize, _report: &mut Report) -> Tensor {
+    fn advantages(
+        &mut self,
+        model: &TinyAgent,
+        trajectories: &[Trajectory],
+        rollout: &Batch,
+        _rewards: &[f64],
+        _group: usize,
+        _report: &mut Report,
+    ) -> Tensor {
         self.rollout_advantages(model, trajectories, rollout)
     }
 
-    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor {
+    fn loss(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        advantages: &Tensor,
+        rows: &[usize],
+        report: &mut Report,
+    ) -> Tensor {
         report.insert("value_loss".into(), self.value_step(&forward.hidden, rows));
         reinforce_loss(&forward.logp, &minibatch.mask, advantages)
     }
@@ -315,7 +439,10 @@ mod tests {
         let rewards = [0.0, 0.5, -0.2, 1.0];
         let values = [0.3, 0.1, 0.7, 0.4, 0.0];
         let gamma = 0.9;
-        assert_eq!(gae(&rewards, &values, gamma, 0.0), td_errors(&rewards, &values, gamma));
+        assert_eq!(
+            gae(&rewards, &values, gamma, 0.0),
+            td_errors(&rewards, &values, gamma)
+        );
         let mc = gae(&rewards, &values, gamma, 1.0);
         for t in 0..rewards.len() {
             let g = discounted_return(&rewards[t..], gamma);
@@ -327,15 +454,24 @@ mod tests {
     fn leave_one_out_ignores_the_episodes_own_reward_and_the_mean_does_not() {
         let rewards = [1.0, 0.0, 0.0, 1.0];
         let loo = group_advantages(&rewards, GroupBaseline::LeaveOneOut);
-        assert_eq!(loo, vec![1.0 - 1.0 / 3.0, -2.0 / 3.0, -2.0 / 3.0, 1.0 - 1.0 / 3.0]);
+        assert_eq!(
+            loo,
+            vec![1.0 - 1.0 / 3.0, -2.0 / 3.0, -2.0 / 3.0, 1.0 - 1.0 / 3.0]
+        );
         // The mean baseline is the leave-one-out one scaled by (G − 1) / G.
         let mean = group_advantages(&rewards, GroupBaseline::Mean);
         for (m, l) in mean.iter().zip(&loo) {
             assert!((m - l * 3.0 / 4.0).abs() < 1e-12);
         }
         // A group with equal rewards has no signal under any baseline.
-        for baseline in [GroupBaseline::Mean, GroupBaseline::LeaveOneOut, GroupBaseline::MeanStd] {
-            assert!(group_advantages(&[1.0; 5], baseline).iter().all(|a| a.abs() < 1e-9));
+        for baseline in [
+            GroupBaseline::Mean,
+            GroupBaseline::LeaveOneOut,
+            GroupBaseline::MeanStd,
+        ] {
+            assert!(group_advantages(&[1.0; 5], baseline)
+                .iter()
+                .all(|a| a.abs() < 1e-9));
         }
     }
 
@@ -357,7 +493,11 @@ mod tests {
         }
         for a in 0..mdp.n_actions() {
             let mean = sum[a] / count[a] as f64;
-            assert!((mean - (q[BUGGY][a] - v[BUGGY])).abs() < 0.02, "action {a}: {mean} vs {}", q[BUGGY][a] - v[BUGGY]);
+            assert!(
+                (mean - (q[BUGGY][a] - v[BUGGY])).abs() < 0.02,
+                "action {a}: {mean} vs {}",
+                q[BUGGY][a] - v[BUGGY]
+            );
         }
     }
 
@@ -366,33 +506,79 @@ mod tests {
         let mdp = repair_mdp(Verifier::Hidden);
         let policy = mdp.uniform_policy();
         let v = evaluate_policy(&mdp, &policy, 0.9);
-        let learned = td0_critic(&mdp, &policy, BUGGY, 0.9, 0.02, 20_000, &mut StdRng::seed_from_u64(1));
-        assert!((learned[BUGGY] - v[BUGGY]).abs() < 0.05, "{} vs {}", learned[BUGGY], v[BUGGY]);
+        let learned = td0_critic(
+            &mdp,
+            &policy,
+            BUGGY,
+            0.9,
+            0.02,
+            20_000,
+            &mut StdRng::seed_from_u64(1),
+        );
+        assert!(
+            (learned[BUGGY] - v[BUGGY]).abs() < 0.05,
+            "{} vs {}",
+            learned[BUGGY],
+            v[BUGGY]
+        );
     }
 
     #[test]
     fn critic_advantages_use_the_state_each_credit_assigns() {
         use crate::episode::Owner::{Env, Policy, Prompt};
         let owners = vec![Prompt, Prompt, Policy, Policy, Env, Env, Policy, Env];
-        let trajectory = Trajectory { task: 0, ids: vec![1; 8], owners, logprobs: vec![0.0; 8], reward: 1.0, info: Default::default() };
+        let trajectory = Trajectory {
+            task: 0,
+            ids: vec![1; 8],
+            owners,
+            logprobs: vec![0.0; 8],
+            reward: 1.0,
+            info: Default::default(),
+        };
         assert_eq!(action_states(&trajectory), vec![(1, 2, 4), (5, 6, 7)]);
-        let values = Tensor::from_slice(&[0.0f64, 0.25, 0.5, 0.0, 0.0, 0.75, 0.0, 0.0]).view([1, 8]);
+        let values =
+            Tensor::from_slice(&[0.0f64, 0.25, 0.5, 0.0, 0.0, 0.75, 0.0, 0.0]).view([1, 8]);
         let cases = [
             // Episode: V(before the first action) for every token.
-            (Credit::Episode, vec![0.0, 0.0, 0.75, 0.75, 0.0, 0.0, 0.75, 0.0], vec![(1, 1.0)]),
+            (
+                Credit::Episode,
+                vec![0.0, 0.0, 0.75, 0.75, 0.0, 0.0, 0.75, 0.0],
+                vec![(1, 1.0)],
+            ),
             // Turn: V(before each action) for its tokens.
-            (Credit::Turn, vec![0.0, 0.0, 0.75, 0.75, 0.0, 0.0, 0.25, 0.0], vec![(1, 1.0), (5, 1.0)]),
+            (
+                Credit::Turn,
+                vec![0.0, 0.0, 0.75, 0.75, 0.0, 0.0, 0.25, 0.0],
+                vec![(1, 1.0), (5, 1.0)],
+            ),
             // Token: V(just before each token).
-            (Credit::Token, vec![0.0, 0.0, 0.75, 0.5, 0.0, 0.0, 0.25, 0.0], vec![(1, 1.0), (2, 1.0), (5, 1.0)]),
+            (
+                Credit::Token,
+                vec![0.0, 0.0, 0.75, 0.5, 0.0, 0.0, 0.25, 0.0],
+                vec![(1, 1.0), (2, 1.0), (5, 1.0)],
+            ),
         ];
         for (credit, expected, targets) in cases {
-            let (adv, episode_targets) = critic_advantages(&values, std::slice::from_ref(&trajectory), credit, 1.0);
-            assert_eq!(Vec::<f64>::try_from(adv.view([-1])).unwrap(), expected, "{credit:?}");
+            let (adv, episode_targets) =
+                critic_advantages(&values, std::slice::from_ref(&trajectory), credit, 1.0);
+            assert_eq!(
+                Vec::<f64>::try_from(adv.view([-1])).unwrap(),
+                expected,
+                "{credit:?}"
+            );
             assert_eq!(episode_targets, vec![targets], "{credit:?}");
         }
         // λ = 0 at turn level: the first turn's advantage is the TD error V(s_2) − V(s_1).
-        let (adv, targets) = critic_advantages(&values, std::slice::from_ref(&trajectory), Credit::Turn, 0.0);
-        assert_eq!(Vec::<f64>::try_from(adv.view([-1])).unwrap(), vec![0.0, 0.0, 0.5, 0.5, 0.0, 0.0, 0.25, 0.0]);
+        let (adv, targets) = critic_advantages(
+            &values,
+            std::slice::from_ref(&trajectory),
+            Credit::Turn,
+            0.0,
+        );
+        assert_eq!(
+            Vec::<f64>::try_from(adv.view([-1])).unwrap(),
+            vec![0.0, 0.0, 0.5, 0.5, 0.0, 0.0, 0.25, 0.0]
+        );
         assert_eq!(targets, vec![vec![(1, 0.75), (5, 1.0)]]);
     }
 
@@ -405,34 +591,86 @@ mod tests {
         use crate::pg::forward;
         use crate::trajectory::collate;
         let rewards = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]; // two groups of 4
-        let trajectories: Vec<Trajectory> = rewards.iter().enumerate().map(|(i, &reward)| Trajectory {
-            task: 0,
-            ids: vec![1, 2 + i as u32 % 5, 3, 4 + i as u32 % 3, 5, 6],
-            owners: vec![Prompt, Prompt, Policy, Policy, Env, Policy],
-            logprobs: vec![0.0; 6],
-            reward,
-            info: Default::default(),
-        }).collect();
+        let trajectories: Vec<Trajectory> = rewards
+            .iter()
+            .enumerate()
+            .map(|(i, &reward)| Trajectory {
+                task: 0,
+                ids: vec![1, 2 + i as u32 % 5, 3, 4 + i as u32 % 3, 5, 6],
+                owners: vec![Prompt, Prompt, Policy, Policy, Env, Policy],
+                logprobs: vec![0.0; 6],
+                reward,
+                info: Default::default(),
+            })
+            .collect();
         let batch = collate(&trajectories, Device::Cpu);
         let weights_after = |baseline: GroupBaseline| -> Vec<Tensor> {
-            let model = { let _turn = crate::book::seeded(0); TinyAgent::new(crate::tinyagent::Config { vocab: 16, n_ctx: 8, d_model: 16, n_layer: 1, n_head: 2 }, Device::Cpu) };
+            let model = {
+                let _turn = crate::book::seeded(0);
+                TinyAgent::new(
+                    crate::tinyagent::Config {
+                        vocab: 16,
+                        n_ctx: 8,
+                        d_model: 16,
+                        n_layer: 1,
+                        n_head: 2,
+                    },
+                    Device::Cpu,
+                )
+            };
             let mut opt = nn::AdamW::default().build(&model.vs, 1e-2).unwrap();
-            let advantages: Vec<f64> = rewards.chunks(4).flat_map(|g| group_advantages(g, baseline)).collect();
+            let advantages: Vec<f64> = rewards
+                .chunks(4)
+                .flat_map(|g| group_advantages(g, baseline))
+                .collect();
             for _ in 0..3 {
-                let loss = reinforce_loss(&forward(&model, &batch).logp, &batch.mask, &crate::pg::per_token(&advantages, &batch.mask));
+                let loss = reinforce_loss(
+                    &forward(&model, &batch).logp,
+                    &batch.mask,
+                    &crate::pg::per_token(&advantages, &batch.mask),
+                );
                 opt.backward_step(&loss);
             }
             model.vs.trainable_variables()
         };
-        let (mean, loo) = (weights_after(GroupBaseline::Mean), weights_after(GroupBaseline::LeaveOneOut));
-        let initial = { let _turn = crate::book::seeded(0); TinyAgent::new(crate::tinyagent::Config { vocab: 16, n_ctx: 8, d_model: 16, n_layer: 1, n_head: 2 }, Device::Cpu) }.vs.trainable_variables();
+        let (mean, loo) = (
+            weights_after(GroupBaseline::Mean),
+            weights_after(GroupBaseline::LeaveOneOut),
+        );
+        let initial = {
+            let _turn = crate::book::seeded(0);
+            TinyAgent::new(
+                crate::tinyagent::Config {
+                    vocab: 16,
+                    n_ctx: 8,
+                    d_model: 16,
+                    n_layer: 1,
+                    n_head: 2,
+                },
+                Device::Cpu,
+            )
+        }
+        .vs
+        .trainable_variables();
         // Distances between weight sets, as the norm over all parameters.
-        let distance = |a: &[Tensor], b: &[Tensor]| a.iter().zip(b).map(|(x, y)| (x - y).square().sum(REAL).double_value(&[])).sum::<f64>().sqrt();
+        let distance = |a: &[Tensor], b: &[Tensor]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).square().sum(REAL).double_value(&[]))
+                .sum::<f64>()
+                .sqrt()
+        };
         let moved = distance(&mean, &initial);
         assert!(moved > 1e-2, "the steps must move the weights ({moved})");
         // Equal up to ε's share of tiny gradients; a baseline that is not a rescaling differs by far more.
         let none = weights_after(GroupBaseline::None);
-        let (same, different) = (distance(&mean, &loo) / moved, distance(&mean, &none) / moved);
-        assert!(same < 0.01 && different > 0.2, "relative distances: leave-one-out {same}, no baseline {different}");
+        let (same, different) = (
+            distance(&mean, &loo) / moved,
+            distance(&mean, &none) / moved,
+        );
+        assert!(
+            same < 0.01 && different > 0.2,
+            "relative distances: leave-one-out {same}, no baseline {different}"
+        );
     }
 }

@@ -41,23 +41,50 @@ impl LmPolicy<'_> {
     /// later) and fits the window: then only the new tokens are fed. Otherwise
     /// the cache is rebuilt from the (clipped) contexts. Either way the model
     /// sees the same tokens at the same positions.
-    pub fn act_cached(&self, contexts: &[Vec<u32>], cache: &mut KvCache, rng: &mut StdRng) -> Vec<Action> {
+    pub fn act_cached(
+        &self,
+        contexts: &[Vec<u32>],
+        cache: &mut KvCache,
+        rng: &mut StdRng,
+    ) -> Vec<Action> {
         let room = self.model.config.n_ctx as usize - self.max_action_tokens;
         let extends = cache.tokens.len() == contexts.len()
-            && contexts.iter().zip(&cache.tokens).all(|(c, held)| c.len() <= room && c.len() > held.len() && c.starts_with(held));
+            && contexts
+                .iter()
+                .zip(&cache.tokens)
+                .all(|(c, held)| c.len() <= room && c.len() > held.len() && c.starts_with(held));
         let new: Vec<Vec<u32>> = if extends {
-            contexts.iter().zip(&cache.tokens).map(|(c, held)| c[held.len()..].to_vec()).collect()
+            contexts
+                .iter()
+                .zip(&cache.tokens)
+                .map(|(c, held)| c[held.len()..].to_vec())
+                .collect()
         } else {
             *cache = KvCache::default();
-            contexts.iter().map(|c| c[c.len().saturating_sub(room)..].to_vec()).collect()
+            contexts
+                .iter()
+                .map(|c| c[c.len().saturating_sub(room)..].to_vec())
+                .collect()
         };
         let stop = [self.bpe.special.close, self.bpe.special.end];
-        let generated = self.model.generate_from(cache, &new, self.max_action_tokens, &stop, self.sampling, rng);
+        let generated = self.model.generate_from(
+            cache,
+            &new,
+            self.max_action_tokens,
+            &stop,
+            self.sampling,
+            rng,
+        );
         generated
             .into_iter()
             .map(|g| {
                 let text = self.bpe.decode(&g.tokens);
-                Action { call: parse_call(&text), text, tokens: g.tokens, logprobs: g.logprobs }
+                Action {
+                    call: parse_call(&text),
+                    text,
+                    tokens: g.tokens,
+                    logprobs: g.logprobs,
+                }
             })
             .collect()
     }

@@ -100,7 +100,8 @@ pub fn play(bandit: &Bandit, strategy: Strategy, steps: usize, seed: u64) -> Vec
             Strategy::Ucb { c } => match counts.iter().position(|&n| n == 0) {
                 Some(untried) => untried,
                 None => {
-                    let bonus = |a: usize| means[a] + c * ((t as f64).ln() / counts[a] as f64).sqrt();
+                    let bonus =
+                        |a: usize| means[a] + c * ((t as f64).ln() / counts[a] as f64).sqrt();
                     argmax(&(0..k).map(bonus).collect::<Vec<_>>())
                 }
             },
@@ -141,11 +142,20 @@ pub fn argmax_random_tie(values: &[f64], rng: &mut StdRng) -> usize {
 
 /// Cumulative regret after every step, averaged over `runs` runs with seeds
 /// `seed, seed + 1, ...`.
-pub fn mean_cumulative_regret(bandit: &Bandit, strategy: Strategy, steps: usize, runs: usize, seed: u64) -> Vec<f64> {
+pub fn mean_cumulative_regret(
+    bandit: &Bandit,
+    strategy: Strategy,
+    steps: usize,
+    runs: usize,
+    seed: u64,
+) -> Vec<f64> {
     let mut total = vec![0.0; steps];
     for run in 0..runs {
         let mut cumulative = 0.0;
-        for (t, r) in play(bandit, strategy, steps, seed + run as u64).iter().enumerate() {
+        for (t, r) in play(bandit, strategy, steps, seed + run as u64)
+            .iter()
+            .enumerate()
+        {
             cumulative += r;
             total[t] += cumulative;
         }
@@ -158,7 +168,9 @@ mod tests {
     use super::*;
 
     fn bandit() -> Bandit {
-        Bandit { means: vec![0.1, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7] }
+        Bandit {
+            means: vec![0.1, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7],
+        }
     }
 
     #[test]
@@ -186,7 +198,13 @@ mod tests {
                 expected[b] += pi[a] * (z[b] - z0[b]);
             }
         }
-        let value = |z: &[f64]| softmax(z).iter().zip(means).map(|(p, m)| p * m).sum::<f64>();
+        let value = |z: &[f64]| {
+            softmax(z)
+                .iter()
+                .zip(means)
+                .map(|(p, m)| p * m)
+                .sum::<f64>()
+        };
         for b in 0..3 {
             let h = 1e-6;
             let (mut up, mut down) = (z0, z0);
@@ -200,13 +218,23 @@ mod tests {
     #[test]
     fn ucb_and_gradient_beat_xi_greedy_on_a_seeded_run() {
         let bandit = bandit();
-        let last = |s: Strategy| *mean_cumulative_regret(&bandit, s, 2000, 50, 0).last().unwrap();
+        let last = |s: Strategy| {
+            *mean_cumulative_regret(&bandit, s, 2000, 50, 0)
+                .last()
+                .unwrap()
+        };
         let greedy = last(Strategy::Greedy { xi: 0.1 });
         let ucb = last(Strategy::Ucb { c: 0.5 });
         let gradient = last(Strategy::Gradient { alpha: 0.25 });
         let pure_greedy = last(Strategy::Greedy { xi: 0.0 });
-        assert!(ucb < gradient && gradient < greedy, "ucb {ucb}, gradient {gradient}, greedy {greedy}");
-        assert!(greedy < pure_greedy, "greedy {greedy}, pure greedy {pure_greedy}");
+        assert!(
+            ucb < gradient && gradient < greedy,
+            "ucb {ucb}, gradient {gradient}, greedy {greedy}"
+        );
+        assert!(
+            greedy < pure_greedy,
+            "greedy {greedy}, pure greedy {pure_greedy}"
+        );
         // Regret grows more slowly at the end than at the start for UCB.
         let curve = mean_cumulative_regret(&bandit, Strategy::Ucb { c: 0.5 }, 2000, 50, 0);
         assert!(curve[1999] - curve[1799] < curve[199] - curve[0]);
@@ -224,7 +252,10 @@ mod tests {
         assert_eq!((counts[1], counts[4]), (0, 0), "{counts:?}");
         // Each tied arm: 10,000 expected, standard deviation sqrt(30,000 * 1/3 * 2/3) = 82.
         for a in [0, 2, 3] {
-            assert!((counts[a] as f64 - draws as f64 / 3.0).abs() < 4.0 * 82.0, "{counts:?}");
+            assert!(
+                (counts[a] as f64 - draws as f64 / 3.0).abs() < 4.0 * 82.0,
+                "{counts:?}"
+            );
         }
         // A unique maximum is returned without touching the generator.
         let before = rng.clone();
@@ -247,14 +278,23 @@ mod tests {
             let regret = play(&bandit, Strategy::Greedy { xi: 0.0 }, 60, seed);
             // Without a payout in 40 pulls (probability 0.585^40 < 1e-9) this would not be locked.
             let last = regret[59];
-            assert!(regret[40..].iter().all(|&r| r == last), "seed {seed}: {regret:?}");
-            let arm = (0..bandit.k()).find(|&a| (bandit.best_mean() - bandit.means[a] - last).abs() < 1e-12).unwrap();
+            assert!(
+                regret[40..].iter().all(|&r| r == last),
+                "seed {seed}: {regret:?}"
+            );
+            let arm = (0..bandit.k())
+                .find(|&a| (bandit.best_mean() - bandit.means[a] - last).abs() < 1e-12)
+                .unwrap();
             locked[arm] += 1;
         }
         for (a, &n) in locked.iter().enumerate() {
             let p = bandit.means[a] / total;
             let sd = (runs as f64 * p * (1.0 - p)).sqrt();
-            assert!((n as f64 - runs as f64 * p).abs() < 4.5 * sd, "arm {a}: {n} of {runs}, expected {:.0}; {locked:?}", runs as f64 * p);
+            assert!(
+                (n as f64 - runs as f64 * p).abs() < 4.5 * sd,
+                "arm {a}: {n} of {runs}, expected {:.0}; {locked:?}",
+                runs as f64 * p
+            );
         }
     }
 

@@ -27,7 +27,10 @@ pub const REAL: Kind = Kind::Double;
 /// (`AGENTRL_THREADS=2` gives libtorch two threads: the test command runs every
 /// chapter that way too, to show that the printed outputs do not depend on it.)
 pub fn setup() {
-    let threads = std::env::var("AGENTRL_THREADS").ok().and_then(|n| n.parse().ok()).unwrap_or(1);
+    let threads = std::env::var("AGENTRL_THREADS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
     tch::set_num_threads(threads);
     tch::manual_seed(0);
 }
@@ -41,7 +44,9 @@ pub fn setup() {
 /// guard for that whole stretch.
 pub fn generator_turn() -> MutexGuard<'static, ()> {
     static GENERATOR: Mutex<()> = Mutex::new(());
-    GENERATOR.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    GENERATOR
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Take a turn at the generator and seed it; the stream is ours until the guard drops.
@@ -55,14 +60,20 @@ pub fn seeded(seed: i64) -> MutexGuard<'static, ()> {
 /// The repository's data file `name` (`data/name`): measurements recorded
 /// once on a named machine and read by the chapters, such as Chapter 13's latencies.
 pub fn data_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../data")
+        .join(name)
 }
 
 /// The processor's name as Linux reports it (`model name` in /proc/cpuinfo),
 /// or "unknown": the machine that a data file was recorded on.
 pub fn machine() -> String {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    info.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|name| name.trim().to_string()).unwrap_or_else(|| "unknown".into())
+    info.lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|name| name.trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// Where figure `name` is written: `$AGENTRL_FIGURES/name` when that variable
@@ -73,14 +84,17 @@ pub fn figure_path(name: &str) -> PathBuf {
         Some(dir) => PathBuf::from(dir),
         None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../figures"),
     };
-    std::fs::create_dir_all(&dir).unwrap_or_else(|err| panic!("cannot create {}: {err}", dir.display()));
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|err| panic!("cannot create {}: {err}", dir.display()));
     dir.join(name)
 }
 
 /// FNV-1a, 64 bits: a hash that is the same in every build (std's is not),
 /// for naming stored runs. Continue a hash by passing the last one as `hash`.
 pub fn fnv1a(bytes: &[u8], hash: u64) -> u64 {
-    bytes.iter().fold(hash, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    bytes
+        .iter()
+        .fold(hash, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
 /// The hash [`fnv1a`] starts from.
@@ -88,7 +102,9 @@ pub const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// The folder that `AGENTRL_RUN_CACHE` names, if it is set: see [`reuse`].
 pub fn run_cache() -> Option<PathBuf> {
-    std::env::var_os("AGENTRL_RUN_CACHE").filter(|v| !v.is_empty()).map(PathBuf::from)
+    std::env::var_os("AGENTRL_RUN_CACHE")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 /// The test command runs every chapter and then, under another setting, its
@@ -103,17 +119,28 @@ pub fn run_cache() -> Option<PathBuf> {
 /// stored there, `read` gets its folder and its answer is returned; otherwise
 /// `train` runs, `write` stores what it made into a fresh folder, and the entry
 /// is marked complete. An entry that cannot be read back counts as absent.
-pub fn reuse<T>(cache: Option<&Path>, key: &str, train: impl FnOnce() -> T, write: impl FnOnce(&T, &Path) -> Result<(), String>, read: impl FnOnce(&Path) -> Result<T, String>) -> Result<T, String> {
-    let Some(cache) = cache else { return Ok(train()) };
+pub fn reuse<T>(
+    cache: Option<&Path>,
+    key: &str,
+    train: impl FnOnce() -> T,
+    write: impl FnOnce(&T, &Path) -> Result<(), String>,
+    read: impl FnOnce(&Path) -> Result<T, String>,
+) -> Result<T, String> {
+    let Some(cache) = cache else {
+        return Ok(train());
+    };
     let stored = cache.join(format!("{:016x}", fnv1a(key.as_bytes(), FNV_START)));
-    if stored.join("complete").exists() && std::fs::read_to_string(stored.join("key")).ok().as_deref() == Some(key) {
+    if stored.join("complete").exists()
+        && std::fs::read_to_string(stored.join("key")).ok().as_deref() == Some(key)
+    {
         if let Ok(found) = read(&stored) {
             return Ok(found);
         }
     }
     let made = train();
     let _ = std::fs::remove_dir_all(&stored);
-    std::fs::create_dir_all(&stored).map_err(|err| format!("cannot create {}: {err}", stored.display()))?;
+    std::fs::create_dir_all(&stored)
+        .map_err(|err| format!("cannot create {}: {err}", stored.display()))?;
     write(&made, &stored)?;
     std::fs::write(stored.join("key"), key).map_err(|err| err.to_string())?;
     std::fs::write(stored.join("complete"), "").map_err(|err| err.to_string())?;

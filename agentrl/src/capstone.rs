@@ -14,7 +14,10 @@ use crate::finetune::{oracle_transcripts, sft, SFT};
 use crate::grpo::{Plain, TrainConfig};
 use crate::gym::{generate, Family, Gym, Task};
 use crate::horizon::HELD_OUT_FAMILIES;
-use crate::pg::{evaluation_episodes, side_by_side, train_resumable, Algorithm, Forward, Report as Extra, Resumable, TrainRecord};
+use crate::pg::{
+    evaluation_episodes, side_by_side, train_resumable, Algorithm, Forward, Report as Extra,
+    Resumable, TrainRecord,
+};
 use crate::pretrain::{base_dir, base_model, load_model, save_model, PretrainConfig};
 use crate::reward::{final_source, monitor};
 use crate::rollout::Played;
@@ -58,24 +61,58 @@ pub const SEEDS_TRIED: u64 = 5_000;
 
 /// Up to `count` instances of `family` from the [`SEEDS_TRIED`] seeds at and
 /// above `first`, each with a source not in `seen`.
-fn fresh(family: Family, first: u64, count: usize, split: &str, seen: &mut HashSet<String>) -> Vec<Task> {
-    (first..first + SEEDS_TRIED).map(|seed| generate(family, seed, format!("{split}-{family}-{seed}"))).filter(|t| seen.insert(t.source.clone())).take(count).collect()
+fn fresh(
+    family: Family,
+    first: u64,
+    count: usize,
+    split: &str,
+    seen: &mut HashSet<String>,
+) -> Vec<Task> {
+    (first..first + SEEDS_TRIED)
+        .map(|seed| generate(family, seed, format!("{split}-{family}-{seed}")))
+        .filter(|t| seen.insert(t.source.clone()))
+        .take(count)
+        .collect()
 }
 
 impl Split {
     /// The fingerprints of the five sets (Chapter 17), in the order of the fields.
     pub fn fingerprints(&self) -> Vec<String> {
-        [&self.train, &self.validation, &self.instances, &self.families, &self.quixbugs].iter().map(|t| task_set_fingerprint(t)).collect()
+        [
+            &self.train,
+            &self.validation,
+            &self.instances,
+            &self.families,
+            &self.quixbugs,
+        ]
+        .iter()
+        .map(|t| task_set_fingerprint(t))
+        .collect()
     }
 }
 
 pub fn split(gym: &Gym) -> Split {
     let held = |task: &Task| HELD_OUT_FAMILIES.contains(&task.family);
-    let mut seen: HashSet<String> = gym.train.iter().chain(&gym.held_out).map(|t| t.source.clone()).collect();
-    let trained: Vec<Family> = Family::ALL.into_iter().filter(|f| !HELD_OUT_FAMILIES.contains(f)).collect();
-    let validation: Vec<Task> = trained.iter().flat_map(|&f| fresh(f, VALIDATION_SEEDS, 5, "validation", &mut seen)).collect();
+    let mut seen: HashSet<String> = gym
+        .train
+        .iter()
+        .chain(&gym.held_out)
+        .map(|t| t.source.clone())
+        .collect();
+    let trained: Vec<Family> = Family::ALL
+        .into_iter()
+        .filter(|f| !HELD_OUT_FAMILIES.contains(f))
+        .collect();
+    let validation: Vec<Task> = trained
+        .iter()
+        .flat_map(|&f| fresh(f, VALIDATION_SEEDS, 5, "validation", &mut seen))
+        .collect();
     let mut train: Vec<Task> = gym.train.iter().filter(|t| !held(t)).cloned().collect();
-    train.extend(trained.iter().flat_map(|&f| fresh(f, EXTRA_SEEDS, EXTRA_PER_FAMILY, "extra", &mut seen)));
+    train.extend(
+        trained
+            .iter()
+            .flat_map(|&f| fresh(f, EXTRA_SEEDS, EXTRA_PER_FAMILY, "extra", &mut seen)),
+    );
     Split {
         train,
         validation,
@@ -117,7 +154,15 @@ impl CapstoneConfig {
             seeds: vec![0, 1, 2],
             transcripts: 512,
             sft_steps: 120,
-            rl: TrainConfig { name: "capstone".into(), iterations: 150, lr: 3e-4, lr_end: 3e-5, eval_every: 25, eval_episodes: 2, ..TrainConfig::grpo_plus_plus() },
+            rl: TrainConfig {
+                name: "capstone".into(),
+                iterations: 150,
+                lr: 3e-4,
+                lr_end: 3e-5,
+                eval_every: 25,
+                eval_episodes: 2,
+                ..TrainConfig::grpo_plus_plus()
+            },
             checkpoint_every: 10,
             samples: [32, 32, 4],
             ks: vec![1, 2, 4, 8, 16, 32],
@@ -131,7 +176,11 @@ impl CapstoneConfig {
         CapstoneConfig {
             name: "capstone short".into(),
             sft_steps: 30,
-            rl: TrainConfig { iterations: 6, eval_every: 3, ..full.rl.clone() },
+            rl: TrainConfig {
+                iterations: 6,
+                eval_every: 3,
+                ..full.rl.clone()
+            },
             checkpoint_every: 2,
             samples: [4, 4, 2],
             ks: vec![1, 2, 4],
@@ -152,31 +201,74 @@ pub struct Monitored {
 }
 
 impl Algorithm for Monitored {
-    fn rewards(&mut self, played: &[Played], trajectories: &[Trajectory], report: &mut Extra) -> Vec<f64> {
+    fn rewards(
+        &mut self,
+        played: &[Played],
+        trajectories: &[Trajectory],
+        report: &mut Extra,
+    ) -> Vec<f64> {
         let n = played.len().max(1) as f64;
         let hacked = played.iter().filter(|p| p.info.hacked).count() as f64;
-        let flagged = played.iter().filter(|p| !monitor(&self.tasks[p.task], &final_source(&self.tasks[p.task], &p.actions)).is_empty()).count() as f64;
+        let flagged = played
+            .iter()
+            .filter(|p| {
+                !monitor(
+                    &self.tasks[p.task],
+                    &final_source(&self.tasks[p.task], &p.actions),
+                )
+                .is_empty()
+            })
+            .count() as f64;
         report.insert("hacked".into(), hacked / n);
         report.insert("flagged".into(), flagged / n);
         self.inner.rewards(played, trajectories, report)
     }
-    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, report: &mut Extra) -> Tensor {
-        self.inner.advantages(model, trajectories, rollout, rewards, group, report)
+    fn advantages(
+        &mut self,
+        model: &TinyAgent,
+        trajectories: &[Trajectory],
+        rollout: &Batch,
+        rewards: &[f64],
+        group: usize,
+        report: &mut Extra,
+    ) -> Tensor {
+        self.inner
+            .advantages(model, trajectories, rollout, rewards, group, report)
     }
     fn config_json(&self) -> Option<String> {
         self.inner.config_json()
     }
-    fn draw(&mut self, n: usize, tasks: usize, group: usize, iteration: usize, rng: &mut StdRng) -> Vec<usize> {
+    fn draw(
+        &mut self,
+        n: usize,
+        tasks: usize,
+        group: usize,
+        iteration: usize,
+        rng: &mut StdRng,
+    ) -> Vec<usize> {
         self.inner.draw(n, tasks, group, iteration, rng)
     }
-    fn trajectories(&mut self, model: &TinyAgent, trajectories: Vec<Trajectory>, report: &mut Extra) -> Vec<Trajectory> {
+    fn trajectories(
+        &mut self,
+        model: &TinyAgent,
+        trajectories: Vec<Trajectory>,
+        report: &mut Extra,
+    ) -> Vec<Trajectory> {
         self.inner.trajectories(model, trajectories, report)
     }
     fn keep(&mut self, played: &[Played], group: usize, report: &mut Extra) -> Vec<usize> {
         self.inner.keep(played, group, report)
     }
-    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Extra) -> Tensor {
-        self.inner.loss(forward, minibatch, advantages, rows, report)
+    fn loss(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        advantages: &Tensor,
+        rows: &[usize],
+        report: &mut Extra,
+    ) -> Tensor {
+        self.inner
+            .loss(forward, minibatch, advantages, rows, report)
     }
     fn state(&self) -> Option<String> {
         self.inner.state()
@@ -224,8 +316,10 @@ pub struct CapstoneReport {
 impl CapstoneReport {
     /// A report stored as JSON (by the run, or by `cargo xtask capstone --record`).
     pub fn read(path: &Path) -> Result<CapstoneReport, String> {
-        let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-        serde_json::from_str(&text).map_err(|err| format!("{} is not a capstone report: {err}", path.display()))
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        serde_json::from_str(&text)
+            .map_err(|err| format!("{} is not a capstone report: {err}", path.display()))
     }
 
     /// The report with every pass@k estimate and interval computed again from
@@ -233,11 +327,47 @@ impl CapstoneReport {
     /// stored report can check without trusting its summary numbers.
     pub fn rederived(&self) -> CapstoneReport {
         let again = |e: &Evaluated, set: usize| {
-            let ks: Vec<usize> = self.config.ks.iter().copied().filter(|&k| k <= self.config.samples[set]).collect();
-            Evaluated { report: Report::new(&e.report.policy, &e.report.task_set, e.report.seed, e.report.scores.clone(), &ks), ..e.clone() }
+            let ks: Vec<usize> = self
+                .config
+                .ks
+                .iter()
+                .copied()
+                .filter(|&k| k <= self.config.samples[set])
+                .collect();
+            Evaluated {
+                report: Report::new(
+                    &e.report.policy,
+                    &e.report.task_set,
+                    e.report.seed,
+                    e.report.scores.clone(),
+                    &ks,
+                ),
+                ..e.clone()
+            }
         };
-        let seeds = self.seeds.iter().map(|r| SeedResult { warm: r.warm.iter().enumerate().map(|(s, e)| again(e, s)).collect(), trained: r.trained.iter().enumerate().map(|(s, e)| again(e, s)).collect(), ..r.clone() }).collect();
-        CapstoneReport { seeds, ..self.clone() }
+        let seeds = self
+            .seeds
+            .iter()
+            .map(|r| SeedResult {
+                warm: r
+                    .warm
+                    .iter()
+                    .enumerate()
+                    .map(|(s, e)| again(e, s))
+                    .collect(),
+                trained: r
+                    .trained
+                    .iter()
+                    .enumerate()
+                    .map(|(s, e)| again(e, s))
+                    .collect(),
+                ..r.clone()
+            })
+            .collect();
+        CapstoneReport {
+            seeds,
+            ..self.clone()
+        }
     }
 }
 
@@ -246,19 +376,55 @@ pub const SETS: [&str; 3] = ["held-out instances", "held-out families", "QuixBug
 
 /// Scores of `played` per task of `tasks`.
 fn scores(played: &[Played], tasks: &[Task], samples: usize) -> Vec<TaskScore> {
-    tasks.iter().enumerate().map(|(t, task)| TaskScore { task: task.id.clone(), samples, successes: played.iter().filter(|p| p.task == t && p.reward == 1.0).count() }).collect()
+    tasks
+        .iter()
+        .enumerate()
+        .map(|(t, task)| TaskScore {
+            task: task.id.clone(),
+            samples,
+            successes: played
+                .iter()
+                .filter(|p| p.task == t && p.reward == 1.0)
+                .count(),
+        })
+        .collect()
 }
 
 // ANCHOR: evaluate
 /// A model on held-out set `set` (an index into [`SETS`]), on the stream named
 /// after the set and the seed, so a seed's warm start and trained agent meet the same draws.
-pub fn evaluate(model: &TinyAgent, bpe: &crate::tokenizer::Bpe, split: &Split, config: &CapstoneConfig, seed: u64, set: usize, name: &str) -> Evaluated {
+pub fn evaluate(
+    model: &TinyAgent,
+    bpe: &crate::tokenizer::Bpe,
+    split: &Split,
+    config: &CapstoneConfig,
+    seed: u64,
+    set: usize,
+    name: &str,
+) -> Evaluated {
     let tasks = [&split.instances, &split.families, &split.quixbugs][set];
     let samples = config.samples[set];
-    let played = evaluation_episodes(model, bpe, tasks, samples, &mut Streams::new(19).stream(&format!("capstone {}", SETS[set]), seed as usize));
-    let ks: Vec<usize> = config.ks.iter().copied().filter(|&k| k <= samples).collect();
+    let played = evaluation_episodes(
+        model,
+        bpe,
+        tasks,
+        samples,
+        &mut Streams::new(19).stream(&format!("capstone {}", SETS[set]), seed as usize),
+    );
+    let ks: Vec<usize> = config
+        .ks
+        .iter()
+        .copied()
+        .filter(|&k| k <= samples)
+        .collect();
     Evaluated {
-        report: Report::new(name, &task_set_fingerprint(tasks), 19 + seed, scores(&played, tasks, samples), &ks),
+        report: Report::new(
+            name,
+            &task_set_fingerprint(tasks),
+            19 + seed,
+            scores(&played, tasks, samples),
+            &ks,
+        ),
         hacked: played.iter().filter(|p| p.info.hacked).count(),
         episodes: played.len(),
     }
@@ -273,7 +439,11 @@ pub fn evaluate(model: &TinyAgent, bpe: &crate::tokenizer::Bpe, split: &Split, c
 /// hears of every finished stage (warm start and RL per seed, each evaluation).
 /// A finished run, whose `report.json` is there for the same configuration and
 /// task sets, is read back rather than run again: delete the folder to run anew.
-pub fn run(config: &CapstoneConfig, root: &Path, tick: &(dyn Fn(&str) + Sync)) -> Result<CapstoneReport, String> {
+pub fn run(
+    config: &CapstoneConfig,
+    root: &Path,
+    tick: &(dyn Fn(&str) + Sync),
+) -> Result<CapstoneReport, String> {
     let start = Instant::now();
     let gym = Gym::standard();
     let split = split(&gym);
@@ -286,41 +456,100 @@ pub fn run(config: &CapstoneConfig, root: &Path, tick: &(dyn Fn(&str) + Sync)) -
     base_model(&gym.train); // on disk before the threads load it
     let warm_dir = |seed: u64| root.join(format!("seed-{seed}")).join("warm-start");
     // Warm start: SFT on the oracle's transcripts of the training tasks, in an order of each seed.
-    side_by_side(config.seeds.clone(), config.threads, |seed| -> Result<(), String> {
-        if !warm_dir(seed).join("tinyagent.safetensors").exists() {
-            let (bpe, mut model) = load_model(&base_dir())?;
-            let transcripts = oracle_transcripts(&split.train, config.transcripts, &mut Streams::new(seed).tasks(0));
-            sft(&mut model, &bpe, &transcripts, &PretrainConfig { seed, steps: config.sft_steps, ..SFT });
-            save_model(&warm_dir(seed), &bpe, &model)?;
-        }
-        tick(&format!("seed {seed}: warm start"));
-        Ok(())
-    })
+    side_by_side(
+        config.seeds.clone(),
+        config.threads,
+        |seed| -> Result<(), String> {
+            if !warm_dir(seed).join("tinyagent.safetensors").exists() {
+                let (bpe, mut model) = load_model(&base_dir())?;
+                let transcripts = oracle_transcripts(
+                    &split.train,
+                    config.transcripts,
+                    &mut Streams::new(seed).tasks(0),
+                );
+                sft(
+                    &mut model,
+                    &bpe,
+                    &transcripts,
+                    &PretrainConfig {
+                        seed,
+                        steps: config.sft_steps,
+                        ..SFT
+                    },
+                );
+                save_model(&warm_dir(seed), &bpe, &model)?;
+            }
+            tick(&format!("seed {seed}: warm start"));
+            Ok(())
+        },
+    )
     .into_iter()
     .collect::<Result<Vec<()>, String>>()?;
     // RL on the hidden-test reward, watched by the exploit monitor, resumable; all seeds at once.
-    let runs = side_by_side(config.seeds.clone(), config.seeds.len(), |seed| -> Result<Vec<TrainRecord>, String> {
-        let (bpe, mut model) = load_model(&warm_dir(seed))?;
-        let (schedule, inner) = config.rl.seeded(seed).run(Box::new(Plain));
-        let mut algorithm = Monitored { tasks: split.train.clone(), inner };
-        let dir = root.join(format!("seed-{seed}")).join("rl");
-        let records = train_resumable(&mut model, &bpe, (&split.train, &split.validation), &schedule, &mut algorithm, &dir, &Resumable { every: config.checkpoint_every, stop_after: None })?;
-        tick(&format!("seed {seed}: RL"));
-        Ok(records)
-    })
+    let runs = side_by_side(
+        config.seeds.clone(),
+        config.seeds.len(),
+        |seed| -> Result<Vec<TrainRecord>, String> {
+            let (bpe, mut model) = load_model(&warm_dir(seed))?;
+            let (schedule, inner) = config.rl.seeded(seed).run(Box::new(Plain));
+            let mut algorithm = Monitored {
+                tasks: split.train.clone(),
+                inner,
+            };
+            let dir = root.join(format!("seed-{seed}")).join("rl");
+            let records = train_resumable(
+                &mut model,
+                &bpe,
+                (&split.train, &split.validation),
+                &schedule,
+                &mut algorithm,
+                &dir,
+                &Resumable {
+                    every: config.checkpoint_every,
+                    stop_after: None,
+                },
+            )?;
+            tick(&format!("seed {seed}: RL"));
+            Ok(records)
+        },
+    )
     .into_iter()
     .collect::<Result<Vec<_>, String>>()?;
     // Every seed's warm start and trained agent on each held-out set, as separate jobs.
-    let jobs: Vec<(usize, bool, usize)> = (0..config.seeds.len()).flat_map(|i| [false, true].into_iter().flat_map(move |trained| (0..SETS.len()).map(move |set| (i, trained, set)))).collect();
-    let evaluated = side_by_side(jobs, config.threads, |(i, trained, set)| -> Result<Evaluated, String> {
-        let seed = config.seeds[i];
-        let (bpe, warm) = load_model(&warm_dir(seed))?;
-        let model = if trained { TinyAgent::load(warm.config, &root.join(format!("seed-{seed}")).join("rl").join("final.safetensors"), warm.device())? } else { warm };
-        let name = format!("{}, seed {seed}", if trained { "trained" } else { "warm start" });
-        let result = evaluate(&model, &bpe, &split, config, seed, set, &name);
-        tick(&format!("seed {seed}: {name} on {}", SETS[set]));
-        Ok(result)
-    })
+    let jobs: Vec<(usize, bool, usize)> = (0..config.seeds.len())
+        .flat_map(|i| {
+            [false, true]
+                .into_iter()
+                .flat_map(move |trained| (0..SETS.len()).map(move |set| (i, trained, set)))
+        })
+        .collect();
+    let evaluated = side_by_side(
+        jobs,
+        config.threads,
+        |(i, trained, set)| -> Result<Evaluated, String> {
+            let seed = config.seeds[i];
+            let (bpe, warm) = load_model(&warm_dir(seed))?;
+            let model = if trained {
+                TinyAgent::load(
+                    warm.config,
+                    &root
+                        .join(format!("seed-{seed}"))
+                        .join("rl")
+                        .join("final.safetensors"),
+                    warm.device(),
+                )?
+            } else {
+                warm
+            };
+            let name = format!(
+                "{}, seed {seed}",
+                if trained { "trained" } else { "warm start" }
+            );
+            let result = evaluate(&model, &bpe, &split, config, seed, set, &name);
+            tick(&format!("seed {seed}: {name} on {}", SETS[set]));
+            Ok(result)
+        },
+    )
     .into_iter()
     .collect::<Result<Vec<_>, String>>()?;
     let mut evaluated = evaluated.into_iter();
@@ -332,13 +561,36 @@ pub fn run(config: &CapstoneConfig, root: &Path, tick: &(dyn Fn(&str) + Sync)) -
             seed,
             warm: evaluated.by_ref().take(SETS.len()).collect(),
             trained: evaluated.by_ref().take(SETS.len()).collect(),
-            validation: records.iter().filter_map(|r| r.held_out_success.map(|s| (r.iteration, s))).collect(),
-            training: records.iter().filter_map(|r| Some((r.train_success?, *r.extra.get("hacked")?, *r.extra.get("flagged")?))).collect(),
+            validation: records
+                .iter()
+                .filter_map(|r| r.held_out_success.map(|s| (r.iteration, s)))
+                .collect(),
+            training: records
+                .iter()
+                .filter_map(|r| {
+                    Some((
+                        r.train_success?,
+                        *r.extra.get("hacked")?,
+                        *r.extra.get("flagged")?,
+                    ))
+                })
+                .collect(),
         })
         .collect();
-    let report = CapstoneReport { config: config.clone(), task_sets, seeds, seconds: start.elapsed().as_secs_f64(), machine: crate::book::machine() };
-    std::fs::create_dir_all(root).map_err(|err| format!("cannot create {}: {err}", root.display()))?;
-    std::fs::write(root.join("report.json"), serde_json::to_string_pretty(&report).map_err(|err| err.to_string())?).map_err(|err| format!("cannot write the report: {err}"))?;
+    let report = CapstoneReport {
+        config: config.clone(),
+        task_sets,
+        seeds,
+        seconds: start.elapsed().as_secs_f64(),
+        machine: crate::book::machine(),
+    };
+    std::fs::create_dir_all(root)
+        .map_err(|err| format!("cannot create {}: {err}", root.display()))?;
+    std::fs::write(
+        root.join("report.json"),
+        serde_json::to_string_pretty(&report).map_err(|err| err.to_string())?,
+    )
+    .map_err(|err| format!("cannot write the report: {err}"))?;
     Ok(report)
 }
 // ANCHOR_END: run
@@ -358,18 +610,48 @@ pub fn summary(report: &CapstoneReport) -> String {
     let seeds = &report.seeds;
     for (s, set) in SETS.iter().enumerate() {
         let first = &seeds[0].trained[s].report;
-        out.push_str(&format!("{set}: {} tasks (set {}), {} episodes per task per model\n", first.scores.len(), first.task_set, first.scores[0].samples));
+        out.push_str(&format!(
+            "{set}: {} tasks (set {}), {} episodes per task per model\n",
+            first.scores.len(),
+            first.task_set,
+            first.scores[0].samples
+        ));
         for (i, estimate) in first.pass_at_k.iter().enumerate() {
             let k = estimate.k;
-            let mean = |which: &dyn Fn(&SeedResult) -> &Evaluated| mean_interval(&seeds.iter().map(|r| which(r).report.pass_at_k[i].mean).collect::<Vec<_>>());
+            let mean = |which: &dyn Fn(&SeedResult) -> &Evaluated| {
+                mean_interval(
+                    &seeds
+                        .iter()
+                        .map(|r| which(r).report.pass_at_k[i].mean)
+                        .collect::<Vec<_>>(),
+                )
+            };
             let (warm, warm_h) = mean(&|r| &r.warm[s]);
             let (trained, trained_h) = mean(&|r| &r.trained[s]);
-            let per_seed: Vec<String> = seeds.iter().map(|r| { let e = &r.trained[s].report.pass_at_k[i]; format!("{:.3} [{:.3}, {:.3}]", e.mean, e.low, e.high) }).collect();
+            let per_seed: Vec<String> = seeds
+                .iter()
+                .map(|r| {
+                    let e = &r.trained[s].report.pass_at_k[i];
+                    format!("{:.3} [{:.3}, {:.3}]", e.mean, e.low, e.high)
+                })
+                .collect();
             out.push_str(&format!("  pass@{k:<2} warm start {warm:.3} ± {warm_h:.3}   trained {trained:.3} ± {trained_h:.3}   per seed {}\n", per_seed.join("  ")));
         }
-        let gains: Vec<String> = seeds.iter().map(|r| { let (d, low, high) = compare(&r.warm[s].report, &r.trained[s].report, 1, 19 + r.seed); format!("{d:+.3} [{low:+.3}, {high:+.3}]") }).collect();
-        out.push_str(&format!("  trained - warm start, pass@1, per seed [95% interval over tasks]: {}\n", gains.join("  ")));
-        let (hacked, episodes) = seeds.iter().fold((0, 0), |(h, n), r| (h + r.trained[s].hacked, n + r.trained[s].episodes));
+        let gains: Vec<String> = seeds
+            .iter()
+            .map(|r| {
+                let (d, low, high) =
+                    compare(&r.warm[s].report, &r.trained[s].report, 1, 19 + r.seed);
+                format!("{d:+.3} [{low:+.3}, {high:+.3}]")
+            })
+            .collect();
+        out.push_str(&format!(
+            "  trained - warm start, pass@1, per seed [95% interval over tasks]: {}\n",
+            gains.join("  ")
+        ));
+        let (hacked, episodes) = seeds.iter().fold((0, 0), |(h, n), r| {
+            (h + r.trained[s].hacked, n + r.trained[s].episodes)
+        });
         let (low, high) = wilson_interval(hacked, episodes);
         out.push_str(&format!("  trained agents' episodes that hacked: {hacked} of {episodes} ({:.3}, 95% interval {low:.3} to {high:.3})\n", hacked as f64 / episodes.max(1) as f64));
     }
@@ -380,14 +662,24 @@ pub fn summary(report: &CapstoneReport) -> String {
 /// least [`PASS_AT_1_GOAL`] (mean over seeds), intervals on the other two
 /// sets, and (for the full run only) the time budget.
 pub fn goals(report: &CapstoneReport, timed: bool) -> Vec<(String, bool)> {
-    let pass1: Vec<f64> = report.seeds.iter().map(|r| r.trained[0].report.pass_at_k[0].mean).collect();
+    let pass1: Vec<f64> = report
+        .seeds
+        .iter()
+        .map(|r| r.trained[0].report.pass_at_k[0].mean)
+        .collect();
     let (mean, half) = mean_interval(&pass1);
     let mut goals = vec![
         (format!("held-out instances: pass@1 {mean:.3} ± {half:.3} (mean over {} seeds) >= {PASS_AT_1_GOAL:.2}", pass1.len()), mean >= PASS_AT_1_GOAL),
         ("held-out families and QuixBugs: pass@k with intervals over tasks for every seed".to_string(), report.seeds.iter().all(|r| r.trained[1..].iter().all(|e| e.report.pass_at_k.iter().all(|p| p.low <= p.mean && p.mean <= p.high)))),
     ];
     if timed {
-        goals.push((format!("run time {:.0} s on {} <= {TIME_BUDGET_SECONDS:.0} s", report.seconds, report.machine), report.seconds <= TIME_BUDGET_SECONDS));
+        goals.push((
+            format!(
+                "run time {:.0} s on {} <= {TIME_BUDGET_SECONDS:.0} s",
+                report.seconds, report.machine
+            ),
+            report.seconds <= TIME_BUDGET_SECONDS,
+        ));
     }
     goals
 }
@@ -410,7 +702,11 @@ pub fn run_folder(name: &str) -> PathBuf {
 
 /// Where `cargo xtask capstone` runs: target/agentrl-capstone/NAME.
 pub fn default_root(config: &CapstoneConfig) -> PathBuf {
-    base_dir().parent().map_or_else(|| PathBuf::from("target"), Path::to_path_buf).join("agentrl-capstone").join(config.name.replace([' ', '.'], "_"))
+    base_dir()
+        .parent()
+        .map_or_else(|| PathBuf::from("target"), Path::to_path_buf)
+        .join("agentrl-capstone")
+        .join(config.name.replace([' ', '.'], "_"))
 }
 
 #[cfg(test)]
@@ -421,35 +717,95 @@ mod tests {
     fn the_sets_are_disjoint_and_sized_as_the_chapter_says() {
         let gym = Gym::standard();
         let split = split(&gym);
-        assert_eq!((split.validation.len(), split.instances.len(), split.families.len(), split.quixbugs.len()), (30, 30, 10, 39));
+        assert_eq!(
+            (
+                split.validation.len(),
+                split.instances.len(),
+                split.families.len(),
+                split.quixbugs.len()
+            ),
+            (30, 30, 10, 39)
+        );
         assert!(split.train.len() > 121 && split.train.len() <= 121 + 6 * EXTRA_PER_FAMILY);
-        let sources = |tasks: &[Task]| tasks.iter().map(|t| t.source.clone()).collect::<HashSet<_>>();
+        let sources = |tasks: &[Task]| {
+            tasks
+                .iter()
+                .map(|t| t.source.clone())
+                .collect::<HashSet<_>>()
+        };
         let train = sources(&split.train);
         for other in [&split.validation, &split.instances, &split.families] {
             assert!(sources(other).is_disjoint(&train));
         }
         assert!(sources(&split.validation).is_disjoint(&sources(&split.instances)));
-        assert!(split.families.iter().all(|t| HELD_OUT_FAMILIES.contains(&t.family)));
-        assert!(split.train.iter().chain(&split.validation).chain(&split.instances).all(|t| !HELD_OUT_FAMILIES.contains(&t.family)));
+        assert!(split
+            .families
+            .iter()
+            .all(|t| HELD_OUT_FAMILIES.contains(&t.family)));
+        assert!(split
+            .train
+            .iter()
+            .chain(&split.validation)
+            .chain(&split.instances)
+            .all(|t| !HELD_OUT_FAMILIES.contains(&t.family)));
     }
 
     #[test]
     fn the_stored_full_run_meets_the_goals_from_its_own_counts() {
-        let stored = CapstoneReport::read(&crate::book::data_path("capstone-report.json")).unwrap_or_else(|err| panic!("{err}"));
-        assert_eq!(stored.config, CapstoneConfig::full(), "the stored report is the full configuration's");
+        let stored = CapstoneReport::read(&crate::book::data_path("capstone-report.json"))
+            .unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(
+            stored.config,
+            CapstoneConfig::full(),
+            "the stored report is the full configuration's"
+        );
         let gym = Gym::standard();
         let split = split(&gym);
-        assert_eq!(stored.task_sets, split.fingerprints(), "the report is about today's task sets");
+        assert_eq!(
+            stored.task_sets,
+            split.fingerprints(),
+            "the report is about today's task sets"
+        );
         let again = stored.rederived();
-        let sizes = [split.instances.len(), split.families.len(), split.quixbugs.len()];
+        let sizes = [
+            split.instances.len(),
+            split.families.len(),
+            split.quixbugs.len(),
+        ];
         for (a, b) in stored.seeds.iter().zip(&again.seeds) {
-            for (set, (x, y)) in a.warm.iter().zip(&b.warm).chain(a.trained.iter().zip(&b.trained)).enumerate() {
-                assert_eq!(x.report.scores.len(), sizes[set % SETS.len()], "{}: one count per task", x.report.policy);
-                assert!(x.report.scores.iter().all(|t| t.samples == stored.config.samples[set % SETS.len()] && t.successes <= t.samples));
-                for (p, q) in x.report.pass_at_k.iter().chain(&x.report.pass_hat_k).zip(y.report.pass_at_k.iter().chain(&y.report.pass_hat_k)) {
+            for (set, (x, y)) in a
+                .warm
+                .iter()
+                .zip(&b.warm)
+                .chain(a.trained.iter().zip(&b.trained))
+                .enumerate()
+            {
+                assert_eq!(
+                    x.report.scores.len(),
+                    sizes[set % SETS.len()],
+                    "{}: one count per task",
+                    x.report.policy
+                );
+                assert!(x
+                    .report
+                    .scores
+                    .iter()
+                    .all(|t| t.samples == stored.config.samples[set % SETS.len()]
+                        && t.successes <= t.samples));
+                for (p, q) in x
+                    .report
+                    .pass_at_k
+                    .iter()
+                    .chain(&x.report.pass_hat_k)
+                    .zip(y.report.pass_at_k.iter().chain(&y.report.pass_hat_k))
+                {
                     assert_eq!(p.k, q.k);
                     for (u, v) in [(p.mean, q.mean), (p.low, q.low), (p.high, q.high)] {
-                        assert!((u - v).abs() < 1e-12, "{}: stored {u}, derived {v}", x.report.policy);
+                        assert!(
+                            (u - v).abs() < 1e-12,
+                            "{}: stored {u}, derived {v}",
+                            x.report.policy
+                        );
                     }
                 }
             }
@@ -462,12 +818,48 @@ mod tests {
 
     #[test]
     fn the_goals_follow_the_numbers() {
-        let evaluated = |successes: usize| Evaluated { report: Report::new("m", "set", 0, vec![TaskScore { task: "t".into(), samples: 10, successes }], &[1]), hacked: 0, episodes: 10 };
-        let seed = |s: usize| SeedResult { seed: 0, warm: vec![evaluated(5); 3], trained: vec![evaluated(s), evaluated(1), evaluated(0)], validation: vec![], training: vec![] };
-        let report = |s: usize, seconds: f64| CapstoneReport { config: CapstoneConfig::short(), task_sets: vec![], seeds: vec![seed(s), seed(s)], seconds, machine: "test".into() };
+        let evaluated = |successes: usize| Evaluated {
+            report: Report::new(
+                "m",
+                "set",
+                0,
+                vec![TaskScore {
+                    task: "t".into(),
+                    samples: 10,
+                    successes,
+                }],
+                &[1],
+            ),
+            hacked: 0,
+            episodes: 10,
+        };
+        let seed = |s: usize| SeedResult {
+            seed: 0,
+            warm: vec![evaluated(5); 3],
+            trained: vec![evaluated(s), evaluated(1), evaluated(0)],
+            validation: vec![],
+            training: vec![],
+        };
+        let report = |s: usize, seconds: f64| CapstoneReport {
+            config: CapstoneConfig::short(),
+            task_sets: vec![],
+            seeds: vec![seed(s), seed(s)],
+            seconds,
+            machine: "test".into(),
+        };
         assert!(goals(&report(9, 100.0), true).iter().all(|(_, met)| *met));
-        assert!(!goals(&report(8, 100.0), true)[0].1, "0.8 is under the goal");
-        assert!(!goals(&report(9, 1000.0), true)[2].1, "over the time budget");
-        assert_eq!(goals(&report(9, 1000.0), false).len(), 2, "the short run is not timed");
+        assert!(
+            !goals(&report(8, 100.0), true)[0].1,
+            "0.8 is under the goal"
+        );
+        assert!(
+            !goals(&report(9, 1000.0), true)[2].1,
+            "over the time budget"
+        );
+        assert_eq!(
+            goals(&report(9, 1000.0), false).len(),
+            2,
+            "the short run is not timed"
+        );
     }
 }

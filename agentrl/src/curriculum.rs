@@ -26,7 +26,11 @@ pub struct PassRates {
 
 impl PassRates {
     pub fn new(tasks: usize, decay: f64) -> PassRates {
-        PassRates { successes: vec![0.0; tasks], trials: vec![0.0; tasks], decay }
+        PassRates {
+            successes: vec![0.0; tasks],
+            trials: vec![0.0; tasks],
+            decay,
+        }
     }
 
     /// p̂_j = (s_j + 1) / (n_j + 2).
@@ -57,8 +61,15 @@ impl PassRates {
     /// say about p (the Beta(s + 1, n − s + 1) posterior): 1 − E[p^g] − E[(1 − p)^g],
     /// with E[p^g] = Π_{i<g} (a + i) / (a + b + i). Few episodes leave it near 1.
     pub fn signal(&self, task: usize, g: usize) -> f64 {
-        let (a, b) = (self.successes[task] + 1.0, self.trials[task] - self.successes[task] + 1.0);
-        let moment = |x: f64| (0..g).map(|i| (x + i as f64) / (a + b + i as f64)).product::<f64>(); // E[p^g] for x = a, E[(1 − p)^g] for x = b
+        let (a, b) = (
+            self.successes[task] + 1.0,
+            self.trials[task] - self.successes[task] + 1.0,
+        );
+        let moment = |x: f64| {
+            (0..g)
+                .map(|i| (x + i as f64) / (a + b + i as f64))
+                .product::<f64>()
+        }; // E[p^g] for x = a, E[(1 − p)^g] for x = b
         1.0 - moment(a) - moment(b)
     }
 }
@@ -76,19 +87,32 @@ pub enum Selection {
     Skip { min: f64 },
     /// With probability proportional to the estimated signal probability
     /// plus `floor` (so that no task is ever ruled out): a curriculum that
-    /// follows the tasks the policy is learning, easy ones first.
+    /// favours the tasks the policy is learning, those whose pass rate is
+    /// near 1/2 or still uncertain, over those it always or never solves.
     Frontier { floor: f64 },
 }
 
 /// `count` tasks of `n`, each repeated `group` times, under `selection`.
-pub fn draw_selected(rates: &PassRates, selection: Selection, count: usize, group: usize, rng: &mut StdRng) -> Vec<usize> {
+pub fn draw_selected(
+    rates: &PassRates,
+    selection: Selection,
+    count: usize,
+    group: usize,
+    rng: &mut StdRng,
+) -> Vec<usize> {
     let n = rates.trials.len();
     let signal = |j: usize| rates.signal(j, group);
     let weights: Vec<f64> = match selection {
         Selection::Uniform => return draw_tasks(n, count, group, rng),
         Selection::Skip { min } => {
-            let kept: Vec<f64> = (0..n).map(|j| if signal(j) >= min { 1.0 } else { 0.0 }).collect();
-            if kept.iter().sum::<f64>() == 0.0 { vec![1.0; n] } else { kept }
+            let kept: Vec<f64> = (0..n)
+                .map(|j| if signal(j) >= min { 1.0 } else { 0.0 })
+                .collect();
+            if kept.iter().sum::<f64>() == 0.0 {
+                vec![1.0; n]
+            } else {
+                kept
+            }
         }
         Selection::Frontier { floor } => (0..n).map(|j| signal(j) + floor).collect(),
     };
@@ -96,7 +120,13 @@ pub fn draw_selected(rates: &PassRates, selection: Selection, count: usize, grou
     (0..count)
         .map(|_| {
             let mut u = rng.random::<f64>() * total;
-            weights.iter().position(|w| { u -= w; u < 0.0 }).unwrap_or(n - 1)
+            weights
+                .iter()
+                .position(|w| {
+                    u -= w;
+                    u < 0.0
+                })
+                .unwrap_or(n - 1)
         })
         .flat_map(|j| std::iter::repeat_n(j, group))
         .collect()
@@ -113,13 +143,29 @@ pub struct Curriculum {
 }
 
 impl Curriculum {
-    pub fn new(inner: Box<dyn Algorithm + Send>, tasks: usize, decay: f64, selection: Selection) -> Curriculum {
-        Curriculum { inner, rates: PassRates::new(tasks, decay), selection }
+    pub fn new(
+        inner: Box<dyn Algorithm + Send>,
+        tasks: usize,
+        decay: f64,
+        selection: Selection,
+    ) -> Curriculum {
+        Curriculum {
+            inner,
+            rates: PassRates::new(tasks, decay),
+            selection,
+        }
     }
 }
 
 impl Algorithm for Curriculum {
-    fn draw(&mut self, _n: usize, tasks: usize, group: usize, _iteration: usize, rng: &mut StdRng) -> Vec<usize> {
+    fn draw(
+        &mut self,
+        _n: usize,
+        tasks: usize,
+        group: usize,
+        _iteration: usize,
+        rng: &mut StdRng,
+    ) -> Vec<usize> {
         draw_selected(&self.rates, self.selection, tasks, group, rng)
     }
 
@@ -129,20 +175,45 @@ impl Algorithm for Curriculum {
     }
 
     fn config_json(&self) -> Option<String> {
-        wrapper_config(self.inner.as_ref(), serde_json::json!({ "selection": self.selection, "decay": self.rates.decay }))
+        wrapper_config(
+            self.inner.as_ref(),
+            serde_json::json!({ "selection": self.selection, "decay": self.rates.decay }),
+        )
     }
 
     // The rest is the inner algorithm's.
-    fn rewards(&mut self, played: &[Played], trajectories: &[Trajectory], report: &mut Report) -> Vec<f64> {
+    fn rewards(
+        &mut self,
+        played: &[Played],
+        trajectories: &[Trajectory],
+        report: &mut Report,
+    ) -> Vec<f64> {
         self.inner.rewards(played, trajectories, report)
     }
 
-    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor {
-        self.inner.loss(forward, minibatch, advantages, rows, report)
+    fn loss(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        advantages: &Tensor,
+        rows: &[usize],
+        report: &mut Report,
+    ) -> Tensor {
+        self.inner
+            .loss(forward, minibatch, advantages, rows, report)
     }
 
-    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, report: &mut Report) -> Tensor {
-        self.inner.advantages(model, trajectories, rollout, rewards, group, report) // [N, T]
+    fn advantages(
+        &mut self,
+        model: &TinyAgent,
+        trajectories: &[Trajectory],
+        rollout: &Batch,
+        rewards: &[f64],
+        group: usize,
+        report: &mut Report,
+    ) -> Tensor {
+        self.inner
+            .advantages(model, trajectories, rollout, rewards, group, report) // [N, T]
     }
 }
 // ANCHOR_END: algorithm
@@ -156,9 +227,24 @@ mod tests {
     fn pass_rates_follow_the_episodes_and_forget_old_ones() {
         let mut rates = PassRates::new(3, 0.5);
         assert_eq!(rates.estimate(0), 0.5);
-        let played = |task, reward| Played { task, segments: vec![], actions: vec![], reward, info: Default::default(), parse_errors: 0 };
-        rates.update(&[played(0, 1.0), played(0, 1.0), played(1, 0.0), played(1, 0.0)]);
-        assert_eq!((rates.estimate(0), rates.estimate(1), rates.estimate(2)), (0.75, 0.25, 0.5));
+        let played = |task, reward| Played {
+            task,
+            segments: vec![],
+            actions: vec![],
+            reward,
+            info: Default::default(),
+            parse_errors: 0,
+        };
+        rates.update(&[
+            played(0, 1.0),
+            played(0, 1.0),
+            played(1, 0.0),
+            played(1, 0.0),
+        ]);
+        assert_eq!(
+            (rates.estimate(0), rates.estimate(1), rates.estimate(2)),
+            (0.75, 0.25, 0.5)
+        );
         rates.update(&[]);
         assert_eq!(rates.estimate(0), 2.0 / 3.0); // (1 + 1) / (1 + 2)
         assert!((signal_probability(0.5, 8) - (1.0 - 2.0 / 256.0)).abs() < 1e-15);
@@ -172,16 +258,29 @@ mod tests {
     }
 
     #[test]
-    fn skipping_never_draws_a_task_predicted_to_carry_no_signal_and_the_frontier_prefers_uncertain_tasks() {
+    fn skipping_never_draws_a_task_predicted_to_carry_no_signal_and_the_frontier_prefers_uncertain_tasks(
+    ) {
         let mut rates = PassRates::new(3, 1.0);
         (rates.successes, rates.trials) = (vec![40.0, 0.0, 5.0], vec![40.0, 40.0, 10.0]);
         assert!(rates.signal(0, 2) < 0.05 && rates.signal(2, 2) > 0.45);
         let mut rng = StdRng::seed_from_u64(0);
         let drawn = draw_selected(&rates, Selection::Skip { min: 0.3 }, 200, 2, &mut rng);
         assert!(drawn.iter().all(|&j| j == 2) && drawn.len() == 400);
-        let drawn = draw_selected(&rates, Selection::Frontier { floor: 0.05 }, 2000, 2, &mut rng);
+        let drawn = draw_selected(
+            &rates,
+            Selection::Frontier { floor: 0.05 },
+            2000,
+            2,
+            &mut rng,
+        );
         let count = |j| drawn.iter().filter(|&&t| t == j).count();
-        assert!(count(2) > 3 * count(0) && count(0) > 0 && count(1) > 0, "{} {} {}", count(0), count(1), count(2));
+        assert!(
+            count(2) > 3 * count(0) && count(0) > 0 && count(1) > 0,
+            "{} {} {}",
+            count(0),
+            count(1),
+            count(2)
+        );
         // Nothing left to skip to: all tasks.
         (rates.successes, rates.trials) = (vec![40.0, 0.0, 0.0], vec![40.0, 40.0, 40.0]);
         let drawn = draw_selected(&rates, Selection::Skip { min: 0.5 }, 300, 1, &mut rng);

@@ -45,7 +45,15 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 7] = [Bug::MaskOff, Bug::AdvantageSignFlipped, Bug::StaleLogprobs, Bug::GroupShift, Bug::LossDenominator, Bug::Retokenized, Bug::ReferenceAliased];
+    pub const ALL: [Bug; 7] = [
+        Bug::MaskOff,
+        Bug::AdvantageSignFlipped,
+        Bug::StaleLogprobs,
+        Bug::GroupShift,
+        Bug::LossDenominator,
+        Bug::Retokenized,
+        Bug::ReferenceAliased,
+    ];
 
     /// A short name for tables and run folders.
     pub fn name(self) -> &'static str {
@@ -78,7 +86,13 @@ pub struct Injected {
 
 impl Injected {
     pub fn new(bug: Option<Bug>, inner: Grpo, bpe: Option<Bpe>) -> Injected {
-        Injected { bug, inner, bpe, current: None, previous: None }
+        Injected {
+            bug,
+            inner,
+            bpe,
+            current: None,
+            previous: None,
+        }
     }
 }
 
@@ -98,7 +112,8 @@ fn mask_off(model: &TinyAgent, trajectories: Vec<Trajectory>) -> Vec<Trajectory>
         .into_iter()
         .enumerate()
         .map(|(row, mut t)| {
-            let recomputed = Vec::<f64>::try_from(old.get(row as i64)).expect("one row of log-probs");
+            let recomputed =
+                Vec::<f64>::try_from(old.get(row as i64)).expect("one row of log-probs");
             for (i, owner) in t.owners.iter().enumerate().skip(1) {
                 if *owner == Owner::Policy && t.logprobs[i] == 0.0 {
                     t.logprobs[i] = recomputed[i];
@@ -112,14 +127,23 @@ fn mask_off(model: &TinyAgent, trajectories: Vec<Trajectory>) -> Vec<Trajectory>
 /// Each action re-encoded from its text; the sampled log-probs stay where
 /// they were (missing ones 0), as a text pipeline would keep them.
 fn retokenize(bpe: &Bpe, t: Trajectory) -> (Trajectory, bool) {
-    let (mut ids, mut owners, mut logprobs, mut changed) = (Vec::new(), Vec::new(), Vec::new(), false);
+    let (mut ids, mut owners, mut logprobs, mut changed) =
+        (Vec::new(), Vec::new(), Vec::new(), false);
     let mut i = 0;
     while i < t.ids.len() {
-        let end = (i..t.ids.len()).find(|&j| t.owners[j] != t.owners[i]).unwrap_or(t.ids.len());
+        let end = (i..t.ids.len())
+            .find(|&j| t.owners[j] != t.owners[i])
+            .unwrap_or(t.ids.len());
         if t.owners[i] == Owner::Policy {
             let again = retokenized_action(bpe, &t.ids[i..end]);
             changed |= again[..] != t.ids[i..end];
-            logprobs.extend((0..again.len()).map(|k| if i + k < end { t.logprobs[i + k] } else { 0.0 }));
+            logprobs.extend((0..again.len()).map(|k| {
+                if i + k < end {
+                    t.logprobs[i + k]
+                } else {
+                    0.0
+                }
+            }));
             owners.extend(std::iter::repeat_n(Owner::Policy, again.len()));
             ids.extend(again);
         } else {
@@ -129,7 +153,15 @@ fn retokenize(bpe: &Bpe, t: Trajectory) -> (Trajectory, bool) {
         }
         i = end;
     }
-    (Trajectory { ids, owners, logprobs, ..t }, changed)
+    (
+        Trajectory {
+            ids,
+            owners,
+            logprobs,
+            ..t
+        },
+        changed,
+    )
 }
 
 /// `x` [N, T'] cut or padded with zero columns to [N, t].
@@ -138,7 +170,13 @@ fn fit_columns(x: &Tensor, t: i64) -> Tensor {
     if width >= t {
         x.narrow(1, 0, t)
     } else {
-        Tensor::cat(&[x.shallow_clone(), Tensor::zeros([n, t - width], (x.kind(), x.device()))], 1)
+        Tensor::cat(
+            &[
+                x.shallow_clone(),
+                Tensor::zeros([n, t - width], (x.kind(), x.device())),
+            ],
+            1,
+        )
     }
 }
 
@@ -147,29 +185,64 @@ impl Algorithm for Injected {
         crate::pg::wrapper_config(&self.inner, serde_json::json!({ "bug": self.bug }))
     }
 
-    fn rewards(&mut self, played: &[Played], trajectories: &[Trajectory], report: &mut Report) -> Vec<f64> {
+    fn rewards(
+        &mut self,
+        played: &[Played],
+        trajectories: &[Trajectory],
+        report: &mut Report,
+    ) -> Vec<f64> {
         self.inner.rewards(played, trajectories, report)
     }
 
-    fn trajectories(&mut self, model: &TinyAgent, played: Vec<Trajectory>, report: &mut Report) -> Vec<Trajectory> {
+    fn trajectories(
+        &mut self,
+        model: &TinyAgent,
+        played: Vec<Trajectory>,
+        report: &mut Report,
+    ) -> Vec<Trajectory> {
         let trained = match (self.bug, &self.bpe) {
             (Some(Bug::MaskOff), _) => mask_off(model, played.clone()),
-            (Some(Bug::Retokenized), Some(bpe)) => played.iter().map(|t| retokenize(bpe, t.clone()).0).collect(),
-            (Some(Bug::Retokenized), None) => panic!("the retokenization bug needs the tokenizer (Injected::new(.., Some(bpe)))"),
+            (Some(Bug::Retokenized), Some(bpe)) => played
+                .iter()
+                .map(|t| retokenize(bpe, t.clone()).0)
+                .collect(),
+            (Some(Bug::Retokenized), None) => {
+                panic!("the retokenization bug needs the tokenizer (Injected::new(.., Some(bpe)))")
+            }
             _ => played.clone(),
         };
         // Monitor: episodes whose trained ids are not the ids the policy sampled (Chapter 5's check).
-        report.insert("ids_differ".into(), played.iter().zip(&trained).filter(|(p, t)| p.ids != t.ids).count() as f64);
+        report.insert(
+            "ids_differ".into(),
+            played
+                .iter()
+                .zip(&trained)
+                .filter(|(p, t)| p.ids != t.ids)
+                .count() as f64,
+        );
         trained
     }
 
-    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, report: &mut Report) -> Tensor {
+    fn advantages(
+        &mut self,
+        model: &TinyAgent,
+        trajectories: &[Trajectory],
+        rollout: &Batch,
+        rewards: &[f64],
+        group: usize,
+        report: &mut Report,
+    ) -> Tensor {
         self.previous = self.current.replace(rollout.logprobs.shallow_clone());
-        let advantages = self.advantages_with_bug(model, trajectories, rollout, rewards, group, report); // [N, T]
-        // Monitor: a group-relative advantage averages to 0 over each group of the same task.
-        let per_episode = (&advantages * &rollout.mask).sum_dim_intlist(1, false, REAL) / rollout.mask.sum_dim_intlist(1, false, REAL).clamp_min(1.0); // [N]
+        let advantages =
+            self.advantages_with_bug(model, trajectories, rollout, rewards, group, report); // [N, T]
+                                                                                            // Monitor: a group-relative advantage averages to 0 over each group of the same task.
+        let per_episode = (&advantages * &rollout.mask).sum_dim_intlist(1, false, REAL)
+            / rollout.mask.sum_dim_intlist(1, false, REAL).clamp_min(1.0); // [N]
         let per_episode = Vec::<f64>::try_from(per_episode).expect("one advantage per episode");
-        let worst = per_episode.chunks(group).map(|g| (g.iter().sum::<f64>() / g.len() as f64).abs()).fold(0.0, f64::max);
+        let worst = per_episode
+            .chunks(group)
+            .map(|g| (g.iter().sum::<f64>() / g.len() as f64).abs())
+            .fold(0.0, f64::max);
         report.insert("group_advantage_mean".into(), (worst * 1e12).round() / 1e12); // 0 up to rounding is 0
 
         advantages
@@ -179,34 +252,73 @@ impl Algorithm for Injected {
         self.inner.keep(played, group, report)
     }
 
-    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor {
+    fn loss(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        advantages: &Tensor,
+        rows: &[usize],
+        report: &mut Report,
+    ) -> Tensor {
         self.loss_with_bug(forward, minibatch, advantages, rows, report)
     }
 }
 
 impl Injected {
-    fn advantages_with_bug(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, report: &mut Report) -> Tensor {
+    fn advantages_with_bug(
+        &mut self,
+        model: &TinyAgent,
+        trajectories: &[Trajectory],
+        rollout: &Batch,
+        rewards: &[f64],
+        group: usize,
+        report: &mut Report,
+    ) -> Tensor {
         match self.bug {
-            Some(Bug::AdvantageSignFlipped) => -self.inner.advantages(model, trajectories, rollout, rewards, group, report),
+            Some(Bug::AdvantageSignFlipped) => {
+                -self
+                    .inner
+                    .advantages(model, trajectories, rollout, rewards, group, report)
+            }
             Some(Bug::GroupShift) => {
                 // Groups start one episode late: episode j is scored in the group of j − 1.
                 let n = rewards.len();
                 let shifted: Vec<f64> = (0..n).map(|j| rewards[(j + 1) % n]).collect(); // shifted[j] = r[j + 1]
-                let scored: Vec<f64> = shifted.chunks(group).flat_map(|g| group_advantages(g, self.inner.config.baseline)).collect();
+                let scored: Vec<f64> = shifted
+                    .chunks(group)
+                    .flat_map(|g| group_advantages(g, self.inner.config.baseline))
+                    .collect();
                 let advantages: Vec<f64> = (0..n).map(|j| scored[(j + n - 1) % n]).collect(); // each episode gets its own reward's score
                 per_token(&advantages, &rollout.mask) // [N, T]
             }
-            _ => self.inner.advantages(model, trajectories, rollout, rewards, group, report),
+            _ => self
+                .inner
+                .advantages(model, trajectories, rollout, rewards, group, report),
         }
     }
 
-    fn loss_with_bug(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor {
+    fn loss_with_bug(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        advantages: &Tensor,
+        rows: &[usize],
+        report: &mut Report,
+    ) -> Tensor {
         match self.bug {
             Some(Bug::StaleLogprobs) if self.previous.is_some() => {
                 let previous = self.previous.as_ref().unwrap();
-                let index = Tensor::from_slice(&rows.iter().map(|&i| i as i64).collect::<Vec<_>>()).to_device(previous.device());
-                let stale = fit_columns(&previous.index_select(0, &index), minibatch.ids.size()[1]) * &minibatch.mask; // [B, T]
-                let batch = Batch { ids: minibatch.ids.shallow_clone(), valid: minibatch.valid.shallow_clone(), mask: minibatch.mask.shallow_clone(), logprobs: stale, rewards: minibatch.rewards.shallow_clone() };
+                let index = Tensor::from_slice(&rows.iter().map(|&i| i as i64).collect::<Vec<_>>())
+                    .to_device(previous.device());
+                let stale = fit_columns(&previous.index_select(0, &index), minibatch.ids.size()[1])
+                    * &minibatch.mask; // [B, T]
+                let batch = Batch {
+                    ids: minibatch.ids.shallow_clone(),
+                    valid: minibatch.valid.shallow_clone(),
+                    mask: minibatch.mask.shallow_clone(),
+                    logprobs: stale,
+                    rewards: minibatch.rewards.shallow_clone(),
+                };
                 self.inner.loss(forward, &batch, advantages, rows, report)
             }
             Some(Bug::LossDenominator) => {
@@ -216,9 +328,17 @@ impl Injected {
                     LossNorm::Constant(c) => c,
                     _ => MAX_ACTION_TOKENS,
                 };
-                self.inner.loss(forward, minibatch, &(advantages * scale / lengths), rows, report)
+                self.inner.loss(
+                    forward,
+                    minibatch,
+                    &(advantages * scale / lengths),
+                    rows,
+                    report,
+                )
             }
-            _ => self.inner.loss(forward, minibatch, advantages, rows, report),
+            _ => self
+                .inner
+                .loss(forward, minibatch, advantages, rows, report),
         }
     }
 }
@@ -230,23 +350,48 @@ pub struct AliasedReference {
 }
 
 impl Regularizer for AliasedReference {
-    fn loss(&mut self, _batch: &Batch, logp: &Tensor, _entropy: &Tensor, mask: &Tensor, norm: LossNorm) -> Option<(Tensor, Vec<(String, f64)>)> {
+    fn loss(
+        &mut self,
+        _batch: &Batch,
+        logp: &Tensor,
+        _entropy: &Tensor,
+        mask: &Tensor,
+        norm: LossNorm,
+    ) -> Option<(Tensor, Vec<(String, f64)>)> {
         let k3 = Estimator::K3.tensor(&(logp.detach() - logp)); // [B, T]: the "reference" is the policy
         let kl = aggregate(&k3.detach(), mask, LossNorm::TokenMean).double_value(&[]);
-        Some((aggregate(&k3, mask, norm) * self.beta, vec![("kl".to_string(), kl)]))
+        Some((
+            aggregate(&k3, mask, norm) * self.beta,
+            vec![("kl".to_string(), kl)],
+        ))
     }
 }
 
 /// The chapter's healthy recipe: GRPO++ with Chapter 10's KL penalty in the
 /// loss (β = 0.1) towards `reference`; with `bug`, the same run with the bug in.
-pub fn injected_run(config: &TrainConfig, bug: Option<Bug>, reference: TinyAgent, bpe: &Bpe) -> Run {
+pub fn injected_run(
+    config: &TrainConfig,
+    bug: Option<Bug>,
+    reference: TinyAgent,
+    bpe: &Bpe,
+) -> Run {
     const BETA: f64 = 0.1;
     let regularizer: Box<dyn Regularizer + Send> = match bug {
         Some(Bug::ReferenceAliased) => Box::new(AliasedReference { beta: BETA }),
-        _ => Box::new(KlPenalty { reference, beta: BETA, placement: Placement::Loss }),
+        _ => Box::new(KlPenalty {
+            reference,
+            beta: BETA,
+            placement: Placement::Loss,
+        }),
     };
-    let inner = Grpo { config: config.clone(), regularizer };
-    (config.schedule(), Box::new(Injected::new(bug, inner, Some(bpe.clone()))))
+    let inner = Grpo {
+        config: config.clone(),
+        regularizer,
+    };
+    (
+        config.schedule(),
+        Box::new(Injected::new(bug, inner, Some(bpe.clone()))),
+    )
 }
 // ANCHOR_END: injected
 
@@ -306,7 +451,9 @@ impl Panel {
     /// `epochs` passes over each iteration's episodes (from the schedule).
     pub fn value(self, records: &[TrainRecord], i: usize, epochs: usize) -> Option<f64> {
         let r = &records[i];
-        let episodes = records.get(i + 1).map(|next| (next.episodes - r.episodes) as f64);
+        let episodes = records
+            .get(i + 1)
+            .map(|next| (next.episodes - r.episodes) as f64);
         match self {
             Panel::Reward => r.train_success,
             Panel::HeldOut => r.held_out_success,
@@ -316,8 +463,12 @@ impl Panel {
             Panel::ApproxKl => r.extra.get("approx_kl").copied(),
             Panel::GradNorm => r.grad_norm,
             Panel::Length => Some(r.generated_tokens? as f64 / episodes?),
-            Panel::MaskCoverage => Some(r.trained_tokens? as f64 / (epochs.max(1) * r.sequence_tokens?) as f64),
-            Panel::InformativeGroups => Some(r.extra.get("informative_groups")? / r.tasks.as_ref()?.len() as f64),
+            Panel::MaskCoverage => {
+                Some(r.trained_tokens? as f64 / (epochs.max(1) * r.sequence_tokens?) as f64)
+            }
+            Panel::InformativeGroups => {
+                Some(r.extra.get("informative_groups")? / r.tasks.as_ref()?.len() as f64)
+            }
             Panel::GroupAdvantageMean => r.extra.get("group_advantage_mean").copied(),
             Panel::IdsDiffer => r.extra.get("ids_differ").copied(),
         }
@@ -337,7 +488,14 @@ pub struct DashboardRun<'a> {
 /// the 95 % band of Chapter 2 when it has three or more).
 pub fn dashboard(runs: &[DashboardRun]) -> Vec<LineChart> {
     // One x axis for every panel: up to the last line of the longest run.
-    let x_max = runs.iter().flat_map(|run| run.seeds.iter().filter_map(|r| r.last().map(|l| l.iteration as f64))).fold(1.0, f64::max);
+    let x_max = runs
+        .iter()
+        .flat_map(|run| {
+            run.seeds
+                .iter()
+                .filter_map(|r| r.last().map(|l| l.iteration as f64))
+        })
+        .fold(1.0, f64::max);
     Panel::ALL
         .iter()
         .map(|&panel| {
@@ -346,21 +504,59 @@ pub fn dashboard(runs: &[DashboardRun]) -> Vec<LineChart> {
             let mut y_max = 0.0f64;
             for run in runs {
                 let length = run.seeds.iter().map(|r| r.len()).min().unwrap_or(0);
-                let at: Vec<usize> = (0..length).filter(|&i| run.seeds.iter().all(|r| panel.value(r, i, run.epochs).is_some())).collect();
+                let at: Vec<usize> = (0..length)
+                    .filter(|&i| {
+                        run.seeds
+                            .iter()
+                            .all(|r| panel.value(r, i, run.epochs).is_some())
+                    })
+                    .collect();
                 if at.is_empty() {
                     continue;
                 }
-                let xs: Vec<f64> = at.iter().map(|&i| run.seeds[0][i].iteration as f64).collect();
-                let values: Vec<Vec<f64>> = run.seeds.iter().map(|r| at.iter().map(|&i| panel.value(r, i, run.epochs).unwrap()).collect()).collect(); // [seed][point]
-                // (mean, low, high) per point; one seed is its own mean.
-                let band = if values.len() >= 2 { crate::stats::band(&values) } else { values[0].iter().map(|&v| (v, v, v)).collect() };
+                let xs: Vec<f64> = at
+                    .iter()
+                    .map(|&i| run.seeds[0][i].iteration as f64)
+                    .collect();
+                let values: Vec<Vec<f64>> = run
+                    .seeds
+                    .iter()
+                    .map(|r| {
+                        at.iter()
+                            .map(|&i| panel.value(r, i, run.epochs).unwrap())
+                            .collect()
+                    })
+                    .collect(); // [seed][point]
+                                // (mean, low, high) per point; one seed is its own mean.
+                let band = if values.len() >= 2 {
+                    crate::stats::band(&values)
+                } else {
+                    values[0].iter().map(|&v| (v, v, v)).collect()
+                };
                 y_max = y_max.max(band.iter().map(|b| b.2.max(b.0)).fold(0.0, f64::max));
-                let series = if values.len() >= 3 { Series::banded(run.label.clone(), &xs, &band) } else { Series::new(run.label.clone(), xs.iter().zip(&band).map(|(&x, b)| (x, b.0)).collect()) };
+                let series = if values.len() >= 3 {
+                    Series::banded(run.label.clone(), &xs, &band)
+                } else {
+                    Series::new(
+                        run.label.clone(),
+                        xs.iter().zip(&band).map(|(&x, b)| (x, b.0)).collect(),
+                    )
+                };
                 chart = chart.with_series(series.with_markers());
             }
             let top = match panel {
-                Panel::Reward | Panel::HeldOut | Panel::ClipFraction | Panel::MaskCoverage | Panel::InformativeGroups => 1.0,
-                _ => if y_max > 0.0 { y_max * 1.15 } else { 1.0 },
+                Panel::Reward
+                | Panel::HeldOut
+                | Panel::ClipFraction
+                | Panel::MaskCoverage
+                | Panel::InformativeGroups => 1.0,
+                _ => {
+                    if y_max > 0.0 {
+                        y_max * 1.15
+                    } else {
+                        1.0
+                    }
+                }
             };
             chart.with_ranges((0.0, x_max), (0.0, top))
         })
@@ -373,7 +569,10 @@ pub fn signature_charts(healthy: &DashboardRun, bugs: &[(DashboardRun, Panel)]) 
     bugs.iter()
         .map(|(run, panel)| {
             let both = [healthy.clone(), run.clone()];
-            let index = Panel::ALL.iter().position(|p| p == panel).expect("a panel of the dashboard");
+            let index = Panel::ALL
+                .iter()
+                .position(|p| p == panel)
+                .expect("a panel of the dashboard");
             let mut chart = dashboard(&both).swap_remove(index);
             chart.title = format!("{}: {}", run.label, chart.title);
             chart
@@ -388,7 +587,9 @@ pub fn grid_svg(charts: &[LineChart], columns: usize) -> Result<String, String> 
     let mut svg = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">\n", w as usize * columns, h as usize * rows, w as usize * columns, h as usize * rows);
     for (k, chart) in charts.iter().enumerate() {
         let panel = chart.to_svg()?;
-        let start = panel.find("<svg").ok_or("a chart without an <svg> element")?;
+        let start = panel
+            .find("<svg")
+            .ok_or("a chart without an <svg> element")?;
         let (x, y) = ((k % columns) as u32 * w, (k / columns) as u32 * h);
         svg.push_str(&panel[start..].replacen("<svg", &format!("<svg x=\"{x}\" y=\"{y}\""), 1));
         svg.push('\n');
@@ -403,15 +604,31 @@ pub fn grid_svg(charts: &[LineChart], columns: usize) -> Result<String, String> 
 pub fn shareable_metrics(records: &[TrainRecord]) -> String {
     fn round(value: serde_json::Value) -> serde_json::Value {
         match value {
-            serde_json::Value::Number(n) if n.is_f64() => serde_json::json!(round4(n.as_f64().unwrap())),
-            serde_json::Value::Array(items) => serde_json::Value::Array(items.into_iter().map(round).collect()),
-            serde_json::Value::Object(fields) => serde_json::Value::Object(fields.into_iter().map(|(k, v)| (k, round(v))).collect()),
+            serde_json::Value::Number(n) if n.is_f64() => {
+                serde_json::json!(round4(n.as_f64().unwrap()))
+            }
+            serde_json::Value::Array(items) => {
+                serde_json::Value::Array(items.into_iter().map(round).collect())
+            }
+            serde_json::Value::Object(fields) => {
+                serde_json::Value::Object(fields.into_iter().map(|(k, v)| (k, round(v))).collect())
+            }
             other => other,
         }
     }
     records
         .iter()
-        .map(|r| round(serde_json::to_value(TrainRecord { time: None, ..r.clone() }).expect("a record serialises")).to_string() + "\n")
+        .map(|r| {
+            round(
+                serde_json::to_value(TrainRecord {
+                    time: None,
+                    ..r.clone()
+                })
+                .expect("a record serialises"),
+            )
+            .to_string()
+                + "\n"
+        })
         .collect()
 }
 
@@ -420,9 +637,15 @@ pub fn shareable_metrics(records: &[TrainRecord]) -> String {
 pub fn render_run(run_dir: &std::path::Path, out: &std::path::Path) -> Result<(), String> {
     let records = crate::pg::read_records(&run_dir.join("metrics.jsonl"))?;
     let schedule_path = run_dir.join("schedule.json");
-    let text = std::fs::read_to_string(&schedule_path).map_err(|err| format!("cannot read {}: {err}", schedule_path.display()))?;
-    let schedule: crate::pg::Schedule = serde_json::from_str(&text).map_err(|err| format!("{} is not a schedule: {err}", schedule_path.display()))?;
-    let run = DashboardRun { label: schedule.name.clone(), seeds: vec![&records], epochs: schedule.epochs };
+    let text = std::fs::read_to_string(&schedule_path)
+        .map_err(|err| format!("cannot read {}: {err}", schedule_path.display()))?;
+    let schedule: crate::pg::Schedule = serde_json::from_str(&text)
+        .map_err(|err| format!("{} is not a schedule: {err}", schedule_path.display()))?;
+    let run = DashboardRun {
+        label: schedule.name.clone(),
+        seeds: vec![&records],
+        epochs: schedule.epochs,
+    };
     let svg = grid_svg(&dashboard(&[run]), 2)?;
     std::fs::write(out, svg).map_err(|err| format!("cannot write {}: {err}", out.display()))
 }
@@ -460,8 +683,17 @@ pub struct ViewedEpisode {
 
 impl ViewedEpisode {
     /// `trajectory` with its per-token `advantages` (one per id).
-    pub fn new(bpe: &Bpe, title: impl Into<String>, trajectory: &Trajectory, advantages: &[f64]) -> ViewedEpisode {
-        assert_eq!(advantages.len(), trajectory.ids.len(), "one advantage per token");
+    pub fn new(
+        bpe: &Bpe,
+        title: impl Into<String>,
+        trajectory: &Trajectory,
+        advantages: &[f64],
+    ) -> ViewedEpisode {
+        assert_eq!(
+            advantages.len(),
+            trajectory.ids.len(),
+            "one advantage per token"
+        );
         let mask = trajectory.action_mask();
         let tokens = trajectory
             .ids
@@ -476,26 +708,67 @@ impl ViewedEpisode {
                 }
                 .to_string(),
                 mask: mask[i],
-                logprob: if mask[i] { round4(trajectory.logprobs[i]) } else { 0.0 },
+                logprob: if mask[i] {
+                    round4(trajectory.logprobs[i])
+                } else {
+                    0.0
+                },
                 advantage: if mask[i] { round4(advantages[i]) } else { 0.0 },
             })
             .collect();
-        ViewedEpisode { title: title.into(), reward: trajectory.reward, tokens }
+        ViewedEpisode {
+            title: title.into(),
+            reward: trajectory.reward,
+            tokens,
+        }
     }
 
     /// An episode saved in Chapter 13's exchange format, every action token
     /// with the episode's `advantage`. The prompt is the first `prompt_len`
     /// tokens; the other tokens off the mask are tool output.
-    pub fn from_line(bpe: &Bpe, title: impl Into<String>, line: &crate::exchange::Line, advantage: f64) -> ViewedEpisode {
-        let owners: Vec<Owner> = line.action_mask.iter().enumerate().map(|(i, &m)| if m == 1 { Owner::Policy } else if i < line.prompt_len { Owner::Prompt } else { Owner::Env }).collect();
-        let trajectory = Trajectory { task: line.task, ids: line.ids.clone(), owners, logprobs: line.logprobs.clone(), reward: line.reward, info: line.info };
-        let advantages: Vec<f64> = line.action_mask.iter().map(|&m| if m == 1 { advantage } else { 0.0 }).collect();
+    pub fn from_line(
+        bpe: &Bpe,
+        title: impl Into<String>,
+        line: &crate::exchange::Line,
+        advantage: f64,
+    ) -> ViewedEpisode {
+        let owners: Vec<Owner> = line
+            .action_mask
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| {
+                if m == 1 {
+                    Owner::Policy
+                } else if i < line.prompt_len {
+                    Owner::Prompt
+                } else {
+                    Owner::Env
+                }
+            })
+            .collect();
+        let trajectory = Trajectory {
+            task: line.task,
+            ids: line.ids.clone(),
+            owners,
+            logprobs: line.logprobs.clone(),
+            reward: line.reward,
+            info: line.info,
+        };
+        let advantages: Vec<f64> = line
+            .action_mask
+            .iter()
+            .map(|&m| if m == 1 { advantage } else { 0.0 })
+            .collect();
         ViewedEpisode::new(bpe, title, &trajectory, &advantages)
     }
 
     /// (tokens, tokens the policy wrote, tokens in the loss).
     pub fn counts(&self) -> (usize, usize, usize) {
-        (self.tokens.len(), self.tokens.iter().filter(|t| t.owner == "policy").count(), self.tokens.iter().filter(|t| t.mask).count())
+        (
+            self.tokens.len(),
+            self.tokens.iter().filter(|t| t.owner == "policy").count(),
+            self.tokens.iter().filter(|t| t.mask).count(),
+        )
     }
 }
 
@@ -506,9 +779,16 @@ impl ViewedEpisode {
 /// "episode i of n · reward r · T tokens · P by the policy · M in the loss".
 pub fn viewer_html(title: &str, episodes: &[ViewedEpisode]) -> String {
     // `</` would end the script element early; JSON allows `<\/` for it.
-    let data = serde_json::to_string(episodes).expect("episodes serialise").replace("</", "<\\/");
-    let escaped_title = title.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-    VIEWER_TEMPLATE.replace("{{title}}", &escaped_title).replace("{{data}}", &data)
+    let data = serde_json::to_string(episodes)
+        .expect("episodes serialise")
+        .replace("</", "<\\/");
+    let escaped_title = title
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    VIEWER_TEMPLATE
+        .replace("{{title}}", &escaped_title)
+        .replace("{{data}}", &data)
 }
 
 const VIEWER_TEMPLATE: &str = r#"<!DOCTYPE html>
@@ -603,7 +883,10 @@ mod tests {
     use crate::grpo::Plain;
 
     fn grpo() -> Grpo {
-        Grpo { config: TrainConfig::grpo_plus_plus(), regularizer: Box::new(Plain) }
+        Grpo {
+            config: TrainConfig::grpo_plus_plus(),
+            regularizer: Box::new(Plain),
+        }
     }
 
     fn rollout(rows: usize, t: usize) -> Batch {
@@ -611,8 +894,24 @@ mod tests {
             .map(|r| Trajectory {
                 task: r,
                 ids: (0..t as u32).map(|i| 3 + i).collect(),
-                owners: (0..t).map(|i| if i % 2 == 1 { Owner::Policy } else { Owner::Env }).collect(),
-                logprobs: (0..t).map(|i| if i % 2 == 1 { -0.1 * (r + 1) as f64 } else { 0.0 }).collect(),
+                owners: (0..t)
+                    .map(|i| {
+                        if i % 2 == 1 {
+                            Owner::Policy
+                        } else {
+                            Owner::Env
+                        }
+                    })
+                    .collect(),
+                logprobs: (0..t)
+                    .map(|i| {
+                        if i % 2 == 1 {
+                            -0.1 * (r + 1) as f64
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect(),
                 reward: 0.0,
                 info: Default::default(),
             })
@@ -622,7 +921,16 @@ mod tests {
 
     fn model() -> TinyAgent {
         let _turn = crate::book::seeded(18);
-        TinyAgent::new(crate::tinyagent::Config { vocab: 32, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 }, tch::Device::Cpu)
+        TinyAgent::new(
+            crate::tinyagent::Config {
+                vocab: 32,
+                n_ctx: 16,
+                d_model: 16,
+                n_layer: 1,
+                n_head: 2,
+            },
+            tch::Device::Cpu,
+        )
     }
 
     fn row_advantages(a: &Tensor) -> Vec<f64> {
@@ -634,53 +942,140 @@ mod tests {
         let (m, batch) = (model(), rollout(6, 6));
         let rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0];
         let mut report = Report::new();
-        let healthy = row_advantages(&Injected::new(None, grpo(), None).advantages(&m, &[], &batch, &rewards, 3, &mut report));
+        let healthy = row_advantages(&Injected::new(None, grpo(), None).advantages(
+            &m,
+            &[],
+            &batch,
+            &rewards,
+            3,
+            &mut report,
+        ));
         assert!(report["group_advantage_mean"] < 1e-12, "{report:?}");
-        let flipped = row_advantages(&Injected::new(Some(Bug::AdvantageSignFlipped), grpo(), None).advantages(&m, &[], &batch, &rewards, 3, &mut report));
-        assert!(healthy.iter().zip(&flipped).all(|(h, f)| (h + f).abs() < 1e-12), "{healthy:?} {flipped:?}");
+        let flipped = row_advantages(
+            &Injected::new(Some(Bug::AdvantageSignFlipped), grpo(), None).advantages(
+                &m,
+                &[],
+                &batch,
+                &rewards,
+                3,
+                &mut report,
+            ),
+        );
+        assert!(
+            healthy
+                .iter()
+                .zip(&flipped)
+                .all(|(h, f)| (h + f).abs() < 1e-12),
+            "{healthy:?} {flipped:?}"
+        );
         // Healthy: the second group is all successes, so its advantages are 0.
         assert!(healthy[3..].iter().all(|a| a.abs() < 1e-12));
         // Shifted: groups are (episodes 1, 2, 3) and (4, 5, 0); episode 3 (reward 1) is scored against 0 and 0.
-        let shifted = row_advantages(&Injected::new(Some(Bug::GroupShift), grpo(), None).advantages(&m, &[], &batch, &rewards, 3, &mut report));
-        assert!(report["group_advantage_mean"] > 0.1, "the monitor sees the shift: {report:?}");
+        let shifted = row_advantages(
+            &Injected::new(Some(Bug::GroupShift), grpo(), None).advantages(
+                &m,
+                &[],
+                &batch,
+                &rewards,
+                3,
+                &mut report,
+            ),
+        );
+        assert!(
+            report["group_advantage_mean"] > 0.1,
+            "the monitor sees the shift: {report:?}"
+        );
         let expected = |g: &[f64], k: usize| group_advantages(g, GroupBaseline::LeaveOneOut)[k];
-        assert!((shifted[3] - expected(&[0.0, 0.0, 1.0], 2)).abs() < 1e-12, "{shifted:?}");
-        assert!((shifted[0] - expected(&[1.0, 1.0, 1.0], 2)).abs() < 1e-12 && shifted[0].abs() < 1e-12, "{shifted:?}");
-        assert!((shifted[4] - expected(&[1.0, 1.0, 1.0], 0)).abs() < 1e-12, "{shifted:?}");
+        assert!(
+            (shifted[3] - expected(&[0.0, 0.0, 1.0], 2)).abs() < 1e-12,
+            "{shifted:?}"
+        );
+        assert!(
+            (shifted[0] - expected(&[1.0, 1.0, 1.0], 2)).abs() < 1e-12 && shifted[0].abs() < 1e-12,
+            "{shifted:?}"
+        );
+        assert!(
+            (shifted[4] - expected(&[1.0, 1.0, 1.0], 0)).abs() < 1e-12,
+            "{shifted:?}"
+        );
         assert!(shifted[3] > 0.5 && healthy[3].abs() < 1e-12);
     }
 
     #[test]
     fn mask_off_trains_on_every_token_and_retokenization_keeps_canonical_ids() {
         let m = model();
-        let batch_rows = vec![Trajectory { task: 0, ids: vec![3, 5, 7, 2, 9, 4], owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy], logprobs: vec![0.0, 0.0, -1.5, -0.25, 0.0, -2.0], reward: 1.0, info: Default::default() }];
+        let batch_rows = vec![Trajectory {
+            task: 0,
+            ids: vec![3, 5, 7, 2, 9, 4],
+            owners: vec![
+                Owner::Prompt,
+                Owner::Prompt,
+                Owner::Policy,
+                Owner::Policy,
+                Owner::Env,
+                Owner::Policy,
+            ],
+            logprobs: vec![0.0, 0.0, -1.5, -0.25, 0.0, -2.0],
+            reward: 1.0,
+            info: Default::default(),
+        }];
         let mut report = Report::new();
-        let widened = Injected::new(Some(Bug::MaskOff), grpo(), None).trajectories(&m, batch_rows.clone(), &mut report);
+        let widened = Injected::new(Some(Bug::MaskOff), grpo(), None).trajectories(
+            &m,
+            batch_rows.clone(),
+            &mut report,
+        );
         assert_eq!(report["ids_differ"], 0.0);
-        assert_eq!(widened[0].action_mask(), vec![false, true, true, true, true, true]);
+        assert_eq!(
+            widened[0].action_mask(),
+            vec![false, true, true, true, true, true]
+        );
         // The sampled log-probs stay; the new ones are the model's.
         assert_eq!(&widened[0].logprobs[2..4], &[-1.5, -0.25]);
-        let recomputed = Vec::<f64>::try_from(policy_logprobs(&m, &collate(&widened, tch::Device::Cpu)).get(0)).unwrap();
-        assert!((widened[0].logprobs[1] - recomputed[1]).abs() < 1e-9 && (widened[0].logprobs[4] - recomputed[4]).abs() < 1e-9);
+        let recomputed =
+            Vec::<f64>::try_from(policy_logprobs(&m, &collate(&widened, tch::Device::Cpu)).get(0))
+                .unwrap();
+        assert!(
+            (widened[0].logprobs[1] - recomputed[1]).abs() < 1e-9
+                && (widened[0].logprobs[4] - recomputed[4]).abs() < 1e-9
+        );
         // A canonical action re-encodes to itself: the bug changes nothing then.
         let gym = crate::gym::Gym::standard();
         let bpe = crate::pretrain::base_model(&gym.train).0;
         let action = bpe.encode("<call>run_tests()</call>");
-        let t = Trajectory { task: 0, ids: [vec![1u32], action.clone()].concat(), owners: [vec![Owner::Prompt], vec![Owner::Policy; action.len()]].concat(), logprobs: vec![-0.5; action.len() + 1], reward: 0.0, info: Default::default() };
+        let t = Trajectory {
+            task: 0,
+            ids: [vec![1u32], action.clone()].concat(),
+            owners: [vec![Owner::Prompt], vec![Owner::Policy; action.len()]].concat(),
+            logprobs: vec![-0.5; action.len() + 1],
+            reward: 0.0,
+            info: Default::default(),
+        };
         let (again, changed) = retokenize(&bpe, t.clone());
         assert!(!changed && again == t);
         // A split one re-encodes to fewer ids, and the log-probs stay where they were.
         let text = bpe.decode(&action);
-        let bytes: Vec<u32> = text.chars().flat_map(|c| bpe.encode(&c.to_string())).collect();
+        let bytes: Vec<u32> = text
+            .chars()
+            .flat_map(|c| bpe.encode(&c.to_string()))
+            .collect();
         assert!(bytes.len() > action.len());
-        let split = Trajectory { ids: [vec![1u32], bytes.clone()].concat(), owners: [vec![Owner::Prompt], vec![Owner::Policy; bytes.len()]].concat(), logprobs: [vec![0.0], (0..bytes.len()).map(|i| -(i as f64)).collect()].concat(), ..t };
+        let split = Trajectory {
+            ids: [vec![1u32], bytes.clone()].concat(),
+            owners: [vec![Owner::Prompt], vec![Owner::Policy; bytes.len()]].concat(),
+            logprobs: [vec![0.0], (0..bytes.len()).map(|i| -(i as f64)).collect()].concat(),
+            ..t
+        };
         let (again, changed) = retokenize(&bpe, split.clone());
         assert!(changed);
         let mut buggy = Injected::new(Some(Bug::Retokenized), grpo(), Some(bpe.clone()));
         let _ = buggy.trajectories(&m, vec![split, t], &mut report);
         assert_eq!(report["ids_differ"], 1.0);
         assert_eq!(again.ids[1..], action[..]);
-        assert_eq!(again.logprobs[1..], (0..action.len()).map(|i| -(i as f64)).collect::<Vec<_>>()[..]);
+        assert_eq!(
+            again.logprobs[1..],
+            (0..action.len()).map(|i| -(i as f64)).collect::<Vec<_>>()[..]
+        );
     }
 
     #[test]
@@ -689,7 +1084,10 @@ mod tests {
         let mut injected = Injected::new(Some(Bug::StaleLogprobs), grpo(), None);
         let mut report = Report::new();
         let (first, second) = (rollout(4, 6), rollout(4, 6));
-        let second = Batch { logprobs: &second.logprobs * 2.0, ..second };
+        let second = Batch {
+            logprobs: &second.logprobs * 2.0,
+            ..second
+        };
         let _ = injected.advantages(&m, &[], &first, &[0.0; 4], 2, &mut report);
         assert!(injected.previous.is_none());
         let _ = injected.advantages(&m, &[], &second, &[0.0; 4], 2, &mut report);
@@ -700,22 +1098,47 @@ mod tests {
         // The denominator bug: a constant C becomes the sequence's length, row by row.
         let batch = rollout(2, 6);
         let logp = batch.logprobs.shallow_clone().set_requires_grad(true);
-        let forward = Forward { logp: logp.shallow_clone(), entropy: logp.zeros_like(), hidden: Tensor::zeros([1], (REAL, tch::Device::Cpu)), log_probs: Tensor::zeros([1], (REAL, tch::Device::Cpu)) };
+        let forward = Forward {
+            logp: logp.shallow_clone(),
+            entropy: logp.zeros_like(),
+            hidden: Tensor::zeros([1], (REAL, tch::Device::Cpu)),
+            log_probs: Tensor::zeros([1], (REAL, tch::Device::Cpu)),
+        };
         let advantages = per_token(&[1.0, 1.0], &batch.mask);
         let mut buggy = Injected::new(Some(Bug::LossDenominator), grpo(), None);
-        let healthy = Injected::new(None, grpo(), None).loss(&forward, &batch, &advantages, &[0, 1], &mut report).double_value(&[]);
-        let bugged = buggy.loss(&forward, &batch, &advantages, &[0, 1], &mut report).double_value(&[]);
-        assert!((bugged / healthy - MAX_ACTION_TOKENS / 6.0).abs() < 1e-9, "{bugged} vs {healthy}");
+        let healthy = Injected::new(None, grpo(), None)
+            .loss(&forward, &batch, &advantages, &[0, 1], &mut report)
+            .double_value(&[]);
+        let bugged = buggy
+            .loss(&forward, &batch, &advantages, &[0, 1], &mut report)
+            .double_value(&[]);
+        assert!(
+            (bugged / healthy - MAX_ACTION_TOKENS / 6.0).abs() < 1e-9,
+            "{bugged} vs {healthy}"
+        );
     }
 
     #[test]
     fn the_aliased_reference_reports_zero_kl_and_gives_no_gradient() {
-        let logp = Tensor::from_slice(&[-0.5f64, -1.0, -2.0]).view([1, 3]).set_requires_grad(true);
+        let logp = Tensor::from_slice(&[-0.5f64, -1.0, -2.0])
+            .view([1, 3])
+            .set_requires_grad(true);
         let mask = Tensor::from_slice(&[0f64, 1., 1.]).view([1, 3]);
-        let (term, numbers) = AliasedReference { beta: 0.1 }.loss(&collate(&[], tch::Device::Cpu), &logp, &logp, &mask, LossNorm::TokenMean).unwrap();
+        let (term, numbers) = AliasedReference { beta: 0.1 }
+            .loss(
+                &collate(&[], tch::Device::Cpu),
+                &logp,
+                &logp,
+                &mask,
+                LossNorm::TokenMean,
+            )
+            .unwrap();
         term.backward();
         assert_eq!(numbers[0].1, 0.0);
-        assert!(Vec::<f64>::try_from(logp.grad().view([-1])).unwrap().iter().all(|g| *g == 0.0));
+        assert!(Vec::<f64>::try_from(logp.grad().view([-1]))
+            .unwrap()
+            .iter()
+            .all(|g| *g == 0.0));
     }
 
     #[test]
@@ -731,7 +1154,12 @@ mod tests {
             trained_tokens: Some(40),
             sequence_tokens: Some(200),
             grad_norm: Some(2.0),
-            extra: [("informative_groups".to_string(), 1.0), ("kl".to_string(), 0.01)].into_iter().collect(),
+            extra: [
+                ("informative_groups".to_string(), 1.0),
+                ("kl".to_string(), 0.01),
+            ]
+            .into_iter()
+            .collect(),
             ..TrainRecord::default()
         };
         let records: Vec<TrainRecord> = (0..5).map(|i| record(i, 0.1 * i as f64)).collect();
@@ -740,13 +1168,23 @@ mod tests {
         assert_eq!(Panel::InformativeGroups.value(&records, 0, 1), Some(0.5));
         assert_eq!(Panel::ClipFraction.value(&records, 0, 1), None);
         assert_eq!(Panel::Length.value(&records, 4, 1), None); // the last line has no next one to count episodes
-        let charts = dashboard(&[DashboardRun { label: "run".into(), seeds: vec![&records, &records, &records], epochs: 1 }]);
+        let charts = dashboard(&[DashboardRun {
+            label: "run".into(),
+            seeds: vec![&records, &records, &records],
+            epochs: 1,
+        }]);
         assert_eq!(charts.len(), Panel::ALL.len());
         let held_out = &charts[1].series[0];
-        assert_eq!(held_out.points.iter().map(|p| p.0).collect::<Vec<_>>(), vec![0.0, 2.0, 4.0]);
+        assert_eq!(
+            held_out.points.iter().map(|p| p.0).collect::<Vec<_>>(),
+            vec![0.0, 2.0, 4.0]
+        );
         assert!(charts[4].series.is_empty()); // no clip fraction recorded
         let shared = shareable_metrics(&records);
-        let back: Vec<TrainRecord> = shared.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let back: Vec<TrainRecord> = shared
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(back.len(), records.len());
         assert_eq!(back[3].train_success, Some(0.3)); // 0.30000000000000004 rounded
         assert!(back.iter().all(|r| r.time.is_none()));
@@ -760,19 +1198,51 @@ mod tests {
         let gym = crate::gym::Gym::standard();
         let bpe = crate::pretrain::base_model(&gym.train).0;
         let action = bpe.encode("<call>run_tests()</call>");
-        let t = Trajectory { task: 0, ids: [bpe.encode("fix </script> & <b>"), action.clone()].concat(), owners: [vec![Owner::Prompt; bpe.encode("fix </script> & <b>").len()], vec![Owner::Policy; action.len()]].concat(), logprobs: vec![-0.5; 0], reward: 1.0, info: Default::default() };
-        let t = Trajectory { logprobs: vec![-0.5; t.ids.len()], ..t };
+        let t = Trajectory {
+            task: 0,
+            ids: [bpe.encode("fix </script> & <b>"), action.clone()].concat(),
+            owners: [
+                vec![Owner::Prompt; bpe.encode("fix </script> & <b>").len()],
+                vec![Owner::Policy; action.len()],
+            ]
+            .concat(),
+            logprobs: vec![-0.5; 0],
+            reward: 1.0,
+            info: Default::default(),
+        };
+        let t = Trajectory {
+            logprobs: vec![-0.5; t.ids.len()],
+            ..t
+        };
         let episode = ViewedEpisode::new(&bpe, "task 0", &t, &vec![0.75; t.ids.len()]);
         assert_eq!(episode.counts(), (t.ids.len(), action.len(), action.len()));
-        assert!(episode.tokens.iter().all(|k| (k.mask && k.advantage == 0.75) || (!k.mask && k.advantage == 0.0 && k.logprob == 0.0)));
+        assert!(episode
+            .tokens
+            .iter()
+            .all(|k| (k.mask && k.advantage == 0.75)
+                || (!k.mask && k.advantage == 0.0 && k.logprob == 0.0)));
         let html = viewer_html("a <test>", &[episode.clone(), episode]);
-        assert!(!html.contains("http://") && !html.contains("https://"), "the page must not load anything");
-        assert_eq!(html.matches("</script>").count(), 2, "the data cannot close its script element");
+        assert!(
+            !html.contains("http://") && !html.contains("https://"),
+            "the page must not load anything"
+        );
+        assert_eq!(
+            html.matches("</script>").count(),
+            2,
+            "the data cannot close its script element"
+        );
         assert!(html.contains("<title>a &lt;test&gt;</title>"));
         let start = html.find("id=\"episodes\">").unwrap() + "id=\"episodes\">".len();
         let end = start + html[start..].find("</script>").unwrap();
         let back: Vec<ViewedEpisode> = serde_json::from_str(&html[start..end]).unwrap();
         assert_eq!(back.len(), 2);
-        assert_eq!(back[0].tokens.iter().map(|k| k.text.as_str()).collect::<String>(), bpe.decode(&t.ids));
+        assert_eq!(
+            back[0]
+                .tokens
+                .iter()
+                .map(|k| k.text.as_str())
+                .collect::<String>(),
+            bpe.decode(&t.ids)
+        );
     }
 }

@@ -55,7 +55,10 @@ pub fn agentic_rl_loop_svg(strip: &[(Owner, String)]) -> Result<String, String> 
 }
 
 /// Draw on a fresh canvas of `size` pixels and return the SVG document.
-pub(crate) fn render_svg(size: (u32, u32), draw: impl FnOnce(&Area) -> Drawn) -> Result<String, String> {
+pub(crate) fn render_svg(
+    size: (u32, u32),
+    draw: impl FnOnce(&Area) -> Drawn,
+) -> Result<String, String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
@@ -68,7 +71,8 @@ pub(crate) fn render_svg(size: (u32, u32), draw: impl FnOnce(&Area) -> Drawn) ->
 /// Write a drawn SVG document to `path`; errors name the path.
 pub(crate) fn write_svg(path: &Path, svg: Result<String, String>) -> Result<(), String> {
     let svg = svg.map_err(|err| format!("cannot draw figure {}: {err}", path.display()))?;
-    std::fs::write(path, svg).map_err(|err| format!("cannot write figure {}: {err}", path.display()))
+    std::fs::write(path, svg)
+        .map_err(|err| format!("cannot write figure {}: {err}", path.display()))
 }
 
 fn draw_figure(root: &Area, boxes: &[TokenBox]) -> Drawn {
@@ -116,19 +120,49 @@ impl Frame {
 /// A font of the figure. Sizes are in plotters units, which the SVG backend
 /// divides by 1.24, so 16 here is about 13 pixels on the page.
 fn font(size: u32, bold: bool, colour: &RGBColor, h: HPos, v: VPos) -> TextStyle<'_> {
-    let style = if bold { FontStyle::Bold } else { FontStyle::Normal };
-    (FONT, size).into_font().style(style).color(colour).pos(Pos::new(h, v))
+    let style = if bold {
+        FontStyle::Bold
+    } else {
+        FontStyle::Normal
+    };
+    (FONT, size)
+        .into_font()
+        .style(style)
+        .color(colour)
+        .pos(Pos::new(h, v))
 }
 
 /// Text centred on a point.
-pub(crate) fn centred(area: &Area, text: &str, at: (i32, i32), size: u32, bold: bool, colour: &RGBColor) -> Drawn {
-    area.draw(&Text::new(text, at, font(size, bold, colour, HPos::Center, VPos::Center)))?;
+pub(crate) fn centred(
+    area: &Area,
+    text: &str,
+    at: (i32, i32),
+    size: u32,
+    bold: bool,
+    colour: &RGBColor,
+) -> Drawn {
+    area.draw(&Text::new(
+        text,
+        at,
+        font(size, bold, colour, HPos::Center, VPos::Center),
+    ))?;
     Ok(())
 }
 
 /// Text whose left (or right) end sits on a point, vertically centred.
-pub(crate) fn aligned(area: &Area, text: &str, at: (i32, i32), size: u32, h: HPos, colour: &RGBColor) -> Drawn {
-    area.draw(&Text::new(text, at, font(size, false, colour, h, VPos::Center)))?;
+pub(crate) fn aligned(
+    area: &Area,
+    text: &str,
+    at: (i32, i32),
+    size: u32,
+    h: HPos,
+    colour: &RGBColor,
+) -> Drawn {
+    area.draw(&Text::new(
+        text,
+        at,
+        font(size, false, colour, h, VPos::Center),
+    ))?;
     Ok(())
 }
 
@@ -141,7 +175,13 @@ fn outlined(area: &Area, frame: Frame, fill: RGBColor, edge: RGBColor) -> Drawn 
 }
 
 /// A labelled node of the diagram: a bold name, then smaller detail lines.
-pub(crate) fn node(area: &Area, frame: Frame, lines: &[&str], fill: RGBColor, edge: RGBColor) -> Drawn {
+pub(crate) fn node(
+    area: &Area,
+    frame: Frame,
+    lines: &[&str],
+    fill: RGBColor,
+    edge: RGBColor,
+) -> Drawn {
     outlined(area, frame, fill, edge)?;
     let spacing = 17;
     let first = frame.centre_y() - spacing * (lines.len() as i32 - 1) / 2;
@@ -157,19 +197,32 @@ pub(crate) fn node(area: &Area, frame: Frame, lines: &[&str], fill: RGBColor, ed
 pub(crate) fn arrow(area: &Area, points: &[(i32, i32)], colour: RGBColor) -> Drawn {
     const HEAD_LENGTH: f64 = 9.0;
     const HEAD_HALF_WIDTH: f64 = 4.5;
-    let [.., (x0, y0), (x1, y1)] = points else { return Ok(()) };
+    let [.., (x0, y0), (x1, y1)] = points else {
+        return Ok(());
+    };
     let (dx, dy) = (f64::from(x1 - x0), f64::from(y1 - y0));
     let length = dx.hypot(dy).max(1.0);
     let (ux, uy) = (dx / length, dy / length);
     // The shaft stops where the head starts, so the line does not poke
     // through the triangle's tip.
-    let base = (f64::from(*x1) - ux * HEAD_LENGTH, f64::from(*y1) - uy * HEAD_LENGTH);
+    let base = (
+        f64::from(*x1) - ux * HEAD_LENGTH,
+        f64::from(*y1) - uy * HEAD_LENGTH,
+    );
     let pixel = |(x, y): (f64, f64)| (x.round() as i32, y.round() as i32);
     let mut shaft = points[..points.len() - 1].to_vec();
     shaft.push(pixel(base));
     area.draw(&PathElement::new(shaft, colour.stroke_width(2)))?;
-    let side = |sign: f64| pixel((base.0 - uy * HEAD_HALF_WIDTH * sign, base.1 + ux * HEAD_HALF_WIDTH * sign));
-    area.draw(&Polygon::new(vec![(*x1, *y1), side(1.0), side(-1.0)], colour.filled()))?;
+    let side = |sign: f64| {
+        pixel((
+            base.0 - uy * HEAD_HALF_WIDTH * sign,
+            base.1 + ux * HEAD_HALF_WIDTH * sign,
+        ))
+    };
+    area.draw(&Polygon::new(
+        vec![(*x1, *y1), side(1.0), side(-1.0)],
+        colour.filled(),
+    ))?;
     Ok(())
 }
 
@@ -177,7 +230,11 @@ pub(crate) fn arrow(area: &Area, points: &[(i32, i32)], colour: RGBColor) -> Dra
 fn panel(area: &Area, frame: Frame, heading: &str) -> Drawn {
     outlined(area, frame, PANEL_FILL, PANEL_EDGE)?;
     let at = (frame.x + 12, frame.y + 8);
-    area.draw(&Text::new(heading, at, font(19, true, &INK, HPos::Left, VPos::Top)))?;
+    area.draw(&Text::new(
+        heading,
+        at,
+        font(19, true, &INK, HPos::Left, VPos::Top),
+    ))?;
     Ok(())
 }
 
@@ -195,9 +252,27 @@ const CONTEXT: Frame = Frame::new(40, 273, 150, 66);
 fn draw_rollout(area: &Area) -> Drawn {
     panel(area, ROLLOUT, "Rollout")?;
     draw_policy_node(area)?;
-    node(area, PARSER, &["Parser", "<call> tool arg </call>"], WHITE, GREY)?;
-    node(area, ENVIRONMENT, &["Environment", "tools: read / test / edit / submit"], WHITE, GREY)?;
-    node(area, CONTEXT, &["Context", "transcript so far"], WHITE, GREY)?;
+    node(
+        area,
+        PARSER,
+        &["Parser", "<call> tool arg </call>"],
+        WHITE,
+        GREY,
+    )?;
+    node(
+        area,
+        ENVIRONMENT,
+        &["Environment", "tools: read / test / edit / submit"],
+        WHITE,
+        GREY,
+    )?;
+    node(
+        area,
+        CONTEXT,
+        &["Context", "transcript so far"],
+        WHITE,
+        GREY,
+    )?;
     draw_cycle_arrows(area)
 }
 
@@ -205,8 +280,16 @@ fn draw_rollout(area: &Area) -> Drawn {
 fn draw_policy_node(area: &Area) -> Drawn {
     node(area, POLICY, &["Policy", ""], POLICY_TINT, POLICY_BLUE)?;
     let (x, y) = (POLICY.centre_x(), POLICY.centre_y() + 8);
-    area.draw(&Text::new("π", (x + 1, y), font(18, false, &INK, HPos::Right, VPos::Center)))?;
-    area.draw(&Text::new("θ", (x + 1, y + 5), font(13, false, &INK, HPos::Left, VPos::Center)))?;
+    area.draw(&Text::new(
+        "π",
+        (x + 1, y),
+        font(18, false, &INK, HPos::Right, VPos::Center),
+    ))?;
+    area.draw(&Text::new(
+        "θ",
+        (x + 1, y + 5),
+        font(13, false, &INK, HPos::Left, VPos::Center),
+    ))?;
     Ok(())
 }
 
@@ -214,24 +297,60 @@ fn draw_policy_node(area: &Area) -> Drawn {
 fn draw_cycle_arrows(area: &Area) -> Drawn {
     let top = POLICY.centre_y();
     arrow(area, &[(POLICY.right(), top), (PARSER.x, top)], ARROW)?;
-    centred(area, "action tokens", ((POLICY.right() + PARSER.x) / 2, top - 12), 15, false, &INK)?;
+    centred(
+        area,
+        "action tokens",
+        ((POLICY.right() + PARSER.x) / 2, top - 12),
+        15,
+        false,
+        &INK,
+    )?;
 
     let right = PARSER.centre_x();
     let middle = (PARSER.bottom() + ENVIRONMENT.y) / 2;
-    arrow(area, &[(right, PARSER.bottom()), (right, ENVIRONMENT.y)], ARROW)?;
-    aligned(area, "tool call", (right - 8, middle), 15, HPos::Right, &INK)?;
+    arrow(
+        area,
+        &[(right, PARSER.bottom()), (right, ENVIRONMENT.y)],
+        ARROW,
+    )?;
+    aligned(
+        area,
+        "tool call",
+        (right - 8, middle),
+        15,
+        HPos::Right,
+        &INK,
+    )?;
 
     // The observation label is two short lines: the gap between the boxes
     // is too narrow for "observation tokens" on one line.
     let bottom = CONTEXT.centre_y();
     let gap_centre = (CONTEXT.right() + ENVIRONMENT.x) / 2;
-    arrow(area, &[(ENVIRONMENT.x, bottom), (CONTEXT.right(), bottom)], ARROW)?;
-    centred(area, "observation", (gap_centre, bottom - 28), 15, false, &INK)?;
+    arrow(
+        area,
+        &[(ENVIRONMENT.x, bottom), (CONTEXT.right(), bottom)],
+        ARROW,
+    )?;
+    centred(
+        area,
+        "observation",
+        (gap_centre, bottom - 28),
+        15,
+        false,
+        &INK,
+    )?;
     centred(area, "tokens", (gap_centre, bottom - 13), 15, false, &INK)?;
 
     let left = POLICY.centre_x();
     arrow(area, &[(left, CONTEXT.y), (left, POLICY.bottom())], ARROW)?;
-    aligned(area, "next prompt", (left + 8, middle), 15, HPos::Left, &INK)
+    aligned(
+        area,
+        "next prompt",
+        (left + 8, middle),
+        15,
+        HPos::Left,
+        &INK,
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -246,10 +365,34 @@ const TRAJECTORIES: Frame = Frame::new(645, 282, 260, 48);
 
 fn draw_learning(area: &Area) -> Drawn {
     panel(area, LEARNING, "Learning")?;
-    node(area, TRAJECTORIES, &["Trajectories", "a group of finished episodes"], LEARN_TINT, LEARN_ORANGE)?;
-    node(area, REWARDS, &["Rewards", "hidden tests, 1 or 0"], LEARN_TINT, LEARN_ORANGE)?;
-    node(area, ADVANTAGES, &["Advantages", "reward minus a baseline"], LEARN_TINT, LEARN_ORANGE)?;
-    node(area, UPDATE, &["Masked policy update", "loss on mask-1 tokens only"], LEARN_TINT, LEARN_ORANGE)?;
+    node(
+        area,
+        TRAJECTORIES,
+        &["Trajectories", "a group of finished episodes"],
+        LEARN_TINT,
+        LEARN_ORANGE,
+    )?;
+    node(
+        area,
+        REWARDS,
+        &["Rewards", "hidden tests, 1 or 0"],
+        LEARN_TINT,
+        LEARN_ORANGE,
+    )?;
+    node(
+        area,
+        ADVANTAGES,
+        &["Advantages", "reward minus a baseline"],
+        LEARN_TINT,
+        LEARN_ORANGE,
+    )?;
+    node(
+        area,
+        UPDATE,
+        &["Masked policy update", "loss on mask-1 tokens only"],
+        LEARN_TINT,
+        LEARN_ORANGE,
+    )?;
     let chain = [TRAJECTORIES, REWARDS, ADVANTAGES, UPDATE];
     for pair in chain.windows(2) {
         let x = pair[0].centre_x();
@@ -263,7 +406,11 @@ fn draw_links(area: &Area) -> Drawn {
     let gap_centre = (ROLLOUT.right() + LEARNING.x) / 2;
 
     let y = TRAJECTORIES.centre_y();
-    arrow(area, &[(ROLLOUT.right(), y), (TRAJECTORIES.x, y)], LEARN_ORANGE)?;
+    arrow(
+        area,
+        &[(ROLLOUT.right(), y), (TRAJECTORIES.x, y)],
+        LEARN_ORANGE,
+    )?;
     centred(area, "trajectory", (gap_centre, y - 12), 15, false, &INK)?;
 
     // "new weights" leaves the top of the update, runs above the rollout
@@ -311,8 +458,10 @@ const MIN_PITCH: i32 = 4;
 /// right, wrapping onto a second row. Boxes shrink for long transcripts so
 /// that every word fits; beyond a few hundred words it is an error.
 pub fn strip_layout(strip: &[(Owner, String)]) -> Result<Vec<TokenBox>, String> {
-    let words: Vec<(Owner, &str)> =
-        strip.iter().flat_map(|(owner, text)| text.split_whitespace().map(move |word| (*owner, word))).collect();
+    let words: Vec<(Owner, &str)> = strip
+        .iter()
+        .flat_map(|(owner, text)| text.split_whitespace().map(move |word| (*owner, word)))
+        .collect();
     let pitch = strip_pitch(words.len())?;
     let per_row = ((STRIP_RIGHT - STRIP_LEFT) / pitch) as usize;
     let size = pitch * 4 / 5;
@@ -331,15 +480,22 @@ pub fn strip_layout(strip: &[(Owner, String)]) -> Result<Vec<TokenBox>, String> 
 fn strip_pitch(count: usize) -> Result<i32, String> {
     let width = STRIP_RIGHT - STRIP_LEFT;
     let fits = |pitch: i32| (width / pitch) as usize * STRIP_ROWS as usize >= count;
-    (MIN_PITCH..=MAX_PITCH).rev().find(|&pitch| fits(pitch)).ok_or_else(|| {
-        let most = (width / MIN_PITCH * STRIP_ROWS) as usize;
-        format!("the token strip has {count} words; at most {most} fit")
-    })
+    (MIN_PITCH..=MAX_PITCH)
+        .rev()
+        .find(|&pitch| fits(pitch))
+        .ok_or_else(|| {
+            let most = (width / MIN_PITCH * STRIP_ROWS) as usize;
+            format!("the token strip has {count} words; at most {most} fit")
+        })
 }
 
 fn draw_strip(area: &Area, boxes: &[TokenBox]) -> Drawn {
     let heading = "Token strip: one box per word of the episode, coloured by who wrote it";
-    area.draw(&Text::new(heading, (22, 370), font(17, true, &INK, HPos::Left, VPos::Top)))?;
+    area.draw(&Text::new(
+        heading,
+        (22, 370),
+        font(17, true, &INK, HPos::Left, VPos::Top),
+    ))?;
     // Mask digits need about 12 pixels; in a denser strip the colour says it.
     let show_mask = boxes.first().is_some_and(|first| first.size >= 12);
     for row in 0..STRIP_ROWS {
@@ -350,7 +506,11 @@ fn draw_strip(area: &Area, boxes: &[TokenBox]) -> Drawn {
         }
     }
     for token in boxes {
-        token_box(area, token.owner, Frame::new(token.x, token.y, token.size, token.size))?;
+        token_box(
+            area,
+            token.owner,
+            Frame::new(token.x, token.y, token.size, token.size),
+        )?;
         if show_mask {
             mask_digit(area, token)?;
         }
@@ -368,7 +528,12 @@ fn token_box(area: &Area, owner: Owner, frame: Frame) -> Drawn {
         Owner::Prompt => {
             let (x0, y0, x1, y1) = (frame.x, frame.y, frame.right(), frame.bottom());
             let outline = [(x0, y0), (x1, y0), (x1, y1), (x0, y1), (x0, y0)];
-            area.draw(&DashedPathElement::new(outline, 3, 2, PROMPT_EDGE.stroke_width(1)))?
+            area.draw(&DashedPathElement::new(
+                outline,
+                3,
+                2,
+                PROMPT_EDGE.stroke_width(1),
+            ))?
         }
     }
     Ok(())
@@ -380,7 +545,14 @@ fn mask_digit(area: &Area, token: &TokenBox) -> Drawn {
         Owner::Policy => ("1", POLICY_BLUE, true),
         Owner::Env | Owner::Prompt => ("0", GREY, false),
     };
-    centred(area, digit, (token.x + token.size / 2, token.y + 28), 14, bold, &colour)
+    centred(
+        area,
+        digit,
+        (token.x + token.size / 2, token.y + 28),
+        14,
+        bold,
+        &colour,
+    )
 }
 
 /// The key under the strip: one sample box and an explanation per owner.
@@ -388,7 +560,11 @@ fn draw_strip_legend(area: &Area) -> Drawn {
     let y = 508;
     let entries = [
         (Owner::Prompt, STRIP_LEFT, "prompt (dashed): mask 0"),
-        (Owner::Policy, 330, "policy's action tokens: mask 1, trained on"),
+        (
+            Owner::Policy,
+            330,
+            "policy's action tokens: mask 1, trained on",
+        ),
         (Owner::Env, 680, "env / tool output: mask 0"),
     ];
     for (owner, x, text) in entries {
@@ -423,14 +599,20 @@ mod tests {
     fn diagrams_strip_has_one_box_per_word() {
         let boxes = strip_layout(&solver_transcript()).unwrap();
         assert_eq!(boxes.len(), 84);
-        let owners = (count(&boxes, Owner::Prompt), count(&boxes, Owner::Policy), count(&boxes, Owner::Env));
+        let owners = (
+            count(&boxes, Owner::Prompt),
+            count(&boxes, Owner::Policy),
+            count(&boxes, Owner::Env),
+        );
         assert_eq!(owners, (20, 16, 48));
         // No two boxes share a place, and every box stays on the canvas.
         let mut places: Vec<(i32, i32)> = boxes.iter().map(|token| (token.x, token.y)).collect();
         places.sort();
         places.dedup();
         assert_eq!(places.len(), boxes.len());
-        assert!(boxes.iter().all(|token| token.x + token.size <= STRIP_RIGHT && token.y + 28 < 510));
+        assert!(boxes
+            .iter()
+            .all(|token| token.x + token.size <= STRIP_RIGHT && token.y + 28 < 510));
         // The transcript's order survives: the first word is the prompt's.
         assert_eq!(boxes[0].word, "clamp(value,");
         assert_eq!(boxes[20].word, "<call>");
@@ -441,11 +623,28 @@ mod tests {
         let svg = agentic_rl_loop_svg(&solver_transcript()).unwrap();
         // Policy boxes are the only rectangles filled with the accent blue:
         // 16 words plus the legend's sample.
-        let blue = format!("fill=\"#{:02X}{:02X}{:02X}\"", POLICY_BLUE.0, POLICY_BLUE.1, POLICY_BLUE.2);
-        let policy_boxes = svg.lines().filter(|line| line.starts_with("<rect") && line.contains(&blue)).count();
+        let blue = format!(
+            "fill=\"#{:02X}{:02X}{:02X}\"",
+            POLICY_BLUE.0, POLICY_BLUE.1, POLICY_BLUE.2
+        );
+        let policy_boxes = svg
+            .lines()
+            .filter(|line| line.starts_with("<rect") && line.contains(&blue))
+            .count();
         assert_eq!(policy_boxes, 16 + 1, "{blue}");
-        let labels = ["Policy", "Parser", "Environment", "Context", "Trajectories", "Masked policy update"];
-        for label in labels.into_iter().chain(["new weights", "trajectory", "observation", "next prompt"]) {
+        let labels = [
+            "Policy",
+            "Parser",
+            "Environment",
+            "Context",
+            "Trajectories",
+            "Masked policy update",
+        ];
+        for label in
+            labels
+                .into_iter()
+                .chain(["new weights", "trajectory", "observation", "next prompt"])
+        {
             assert!(svg.contains(label), "missing {label}");
         }
     }
@@ -456,20 +655,27 @@ mod tests {
         let boxes = strip_layout(&long).unwrap();
         assert_eq!(boxes.len(), 300);
         assert!(boxes[0].size < 16);
-        assert!(boxes.iter().all(|token| token.x + token.size <= STRIP_RIGHT));
+        assert!(boxes
+            .iter()
+            .all(|token| token.x + token.size <= STRIP_RIGHT));
         let too_long = vec![(Owner::Env, "w ".repeat(1000))];
         assert!(strip_layout(&too_long).unwrap_err().contains("1000 words"));
     }
 
     #[test]
     fn diagrams_are_byte_identical_across_runs() {
-        crate::plot::tests::assert_same_svg_twice("diagram", |path| agentic_rl_loop(path, &solver_transcript()).unwrap());
+        crate::plot::tests::assert_same_svg_twice("diagram", |path| {
+            agentic_rl_loop(path, &solver_transcript()).unwrap()
+        });
     }
 
     #[test]
     fn diagrams_errors_name_the_path() {
         let path = Path::new("/nonexistent-dir/agentrl/figure-1-1.svg");
         let err = agentic_rl_loop(path, &solver_transcript()).unwrap_err();
-        assert!(err.contains("/nonexistent-dir/agentrl/figure-1-1.svg"), "{err}");
+        assert!(
+            err.contains("/nonexistent-dir/agentrl/figure-1-1.svg"),
+            "{err}"
+        );
     }
 }

@@ -23,7 +23,10 @@ use tch::Tensor;
 /// The other weights of the new blocks are drawn from libtorch's generator
 /// with `seed`.
 pub fn grow(model: &TinyAgent, extra: i64, seed: i64) -> TinyAgent {
-    let config = Config { n_layer: model.config.n_layer + extra, ..model.config };
+    let config = Config {
+        n_layer: model.config.n_layer + extra,
+        ..model.config
+    };
     let bigger = {
         let _turn = crate::book::seeded(seed);
         TinyAgent::new(config, model.device())
@@ -52,7 +55,14 @@ pub fn grow(model: &TinyAgent, extra: i64, seed: i64) -> TinyAgent {
 pub fn imitation_sequences(trajectories: &[Trajectory]) -> Vec<Sequence> {
     trajectories
         .iter()
-        .map(|tr| Sequence { ids: tr.ids.clone(), weights: tr.owners.iter().map(|&o| if o == Owner::Policy { 1.0 } else { 0.0 }).collect() })
+        .map(|tr| Sequence {
+            ids: tr.ids.clone(),
+            weights: tr
+                .owners
+                .iter()
+                .map(|&o| if o == Owner::Policy { 1.0 } else { 0.0 })
+                .collect(),
+        })
         .collect()
 }
 // ANCHOR_END: sequences
@@ -78,11 +88,26 @@ pub fn reverse_kl(log_p: &Tensor, log_q: &Tensor) -> Tensor {
 }
 
 impl Algorithm for OnPolicyDistill {
-    fn advantages(&mut self, _model: &TinyAgent, _trajectories: &[Trajectory], rollout: &Batch, _rewards: &[f64], _group: usize, _report: &mut Report) -> Tensor {
+    fn advantages(
+        &mut self,
+        _model: &TinyAgent,
+        _trajectories: &[Trajectory],
+        rollout: &Batch,
+        _rewards: &[f64],
+        _group: usize,
+        _report: &mut Report,
+    ) -> Tensor {
         rollout.mask.zeros_like() // [N, T]: unused
     }
 
-    fn loss(&mut self, forward: &Forward, minibatch: &Batch, _advantages: &Tensor, _rows: &[usize], report: &mut Report) -> Tensor {
+    fn loss(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        _advantages: &Tensor,
+        _rows: &[usize],
+        report: &mut Report,
+    ) -> Tensor {
         let teacher = tch::no_grad(|| crate::pg::forward(&self.teacher, minibatch)).log_probs; // [N, V], the same positions
         let kl = reverse_kl(&forward.log_probs, &teacher); // [N]
         let loss = kl.mean(REAL);
@@ -103,7 +128,16 @@ mod tests {
 
     fn small() -> TinyAgent {
         let _turn = crate::book::seeded(3);
-        TinyAgent::new(Config { vocab: 16, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 }, tch::Device::Cpu)
+        TinyAgent::new(
+            Config {
+                vocab: 16,
+                n_ctx: 16,
+                d_model: 16,
+                n_layer: 1,
+                n_head: 2,
+            },
+            tch::Device::Cpu,
+        )
     }
 
     use crate::trajectory::toy as episode;
@@ -115,8 +149,15 @@ mod tests {
         assert_eq!(bigger.config.n_layer, 3);
         assert!(bigger.parameter_count() > model.parameter_count());
         let batch = collate(&[episode([4, 5, 6]), episode([7, 8, 9])], tch::Device::Cpu);
-        let (a, b) = (model.logits(&batch.ids, &batch.valid), bigger.logits(&batch.ids, &batch.valid));
-        assert_eq!(Vec::<f64>::try_from(a.reshape([-1])).unwrap(), Vec::<f64>::try_from(b.reshape([-1])).unwrap(), "bit for bit");
+        let (a, b) = (
+            model.logits(&batch.ids, &batch.valid),
+            bigger.logits(&batch.ids, &batch.valid),
+        );
+        assert_eq!(
+            Vec::<f64>::try_from(a.reshape([-1])).unwrap(),
+            Vec::<f64>::try_from(b.reshape([-1])).unwrap(),
+            "bit for bit"
+        );
     }
 
     #[test]
@@ -125,25 +166,55 @@ mod tests {
         let batch = collate(&[episode([4, 5, 6]), episode([7, 8, 9])], tch::Device::Cpu);
         let mut report = Report::new();
         // A teacher that computes what the student computes: no divergence.
-        let mut same = OnPolicyDistill { teacher, teacher_path: PathBuf::from("teacher") };
-        let loss = same.loss(&crate::pg::forward(&student, &batch), &batch, &batch.mask, &[0, 1], &mut report);
-        assert!(loss.double_value(&[]).abs() < 1e-15, "{}", loss.double_value(&[]));
+        let mut same = OnPolicyDistill {
+            teacher,
+            teacher_path: PathBuf::from("teacher"),
+        };
+        let loss = same.loss(
+            &crate::pg::forward(&student, &batch),
+            &batch,
+            &batch.mask,
+            &[0, 1],
+            &mut report,
+        );
+        assert!(
+            loss.double_value(&[]).abs() < 1e-15,
+            "{}",
+            loss.double_value(&[])
+        );
         // Move the teacher (not by a constant: the final LayerNorm would remove
         // it); the loss is the mean over the 6 action tokens of Σ_v p_s (log p_s − log p_T), by hand.
         tch::no_grad(|| {
             for (name, mut w) in same.teacher.vs.variables() {
                 if name == "blocks.1.down.weight" {
-                    let wave = Tensor::arange(w.numel() as i64, (REAL, tch::Device::Cpu)).view(w.size().as_slice()).sin() * 0.05;
+                    let wave = Tensor::arange(w.numel() as i64, (REAL, tch::Device::Cpu))
+                        .view(w.size().as_slice())
+                        .sin()
+                        * 0.05;
                     let _ = w.copy_(&wave);
                 }
             }
         });
         let forward = crate::pg::forward(&student, &batch);
-        let loss = same.loss(&forward, &batch, &batch.mask, &[0, 1], &mut report).double_value(&[]);
-        let (s, t) = (Vec::<Vec<f64>>::try_from(forward.log_probs.detach()).unwrap(), Vec::<Vec<f64>>::try_from(crate::pg::forward(&same.teacher, &batch).log_probs.detach()).unwrap());
+        let loss = same
+            .loss(&forward, &batch, &batch.mask, &[0, 1], &mut report)
+            .double_value(&[]);
+        let (s, t) = (
+            Vec::<Vec<f64>>::try_from(forward.log_probs.detach()).unwrap(),
+            Vec::<Vec<f64>>::try_from(crate::pg::forward(&same.teacher, &batch).log_probs.detach())
+                .unwrap(),
+        );
         assert_eq!(s.len(), 6, "three action tokens in each of two episodes");
-        let by_hand = s.iter().zip(&t).map(|(s, t)| s.iter().zip(t).map(|(a, b)| a.exp() * (a - b)).sum::<f64>()).sum::<f64>() / 6.0;
-        assert!(loss > 1e-6 && (loss - by_hand).abs() < 1e-12, "{loss} against {by_hand}");
+        let by_hand = s
+            .iter()
+            .zip(&t)
+            .map(|(s, t)| s.iter().zip(t).map(|(a, b)| a.exp() * (a - b)).sum::<f64>())
+            .sum::<f64>()
+            / 6.0;
+        assert!(
+            loss > 1e-6 && (loss - by_hand).abs() < 1e-12,
+            "{loss} against {by_hand}"
+        );
         assert_eq!(report["reverse_kl"], loss);
     }
 

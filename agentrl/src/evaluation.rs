@@ -28,11 +28,16 @@ use std::collections::HashSet;
 /// and 1 (the binomials themselves overflow once n passes about a thousand). When
 /// fewer than k samples failed, every draw of k holds a success: 1.
 pub fn pass_at_k(n: usize, c: usize, k: usize) -> f64 {
-    assert!(c <= n && (1..=n).contains(&k), "pass@k needs 0 <= c <= n and 1 <= k <= n (got n = {n}, c = {c}, k = {k})");
+    assert!(
+        c <= n && (1..=n).contains(&k),
+        "pass@k needs 0 <= c <= n and 1 <= k <= n (got n = {n}, c = {c}, k = {k})"
+    );
     if n - c < k {
         return 1.0;
     }
-    1.0 - (n - c + 1..=n).map(|i| 1.0 - k as f64 / i as f64).product::<f64>()
+    1.0 - (n - c + 1..=n)
+        .map(|i| 1.0 - k as f64 / i as f64)
+        .product::<f64>()
 }
 
 /// The unbiased estimate of pass^k: the chance that k samples drawn without
@@ -40,7 +45,10 @@ pub fn pass_at_k(n: usize, c: usize, k: usize) -> f64 {
 /// It asks for reliability (every attempt works) where pass@k asks for
 /// coverage (some attempt works).
 pub fn pass_hat_k(n: usize, c: usize, k: usize) -> f64 {
-    assert!(c <= n && (1..=n).contains(&k), "pass^k needs 0 <= c <= n and 1 <= k <= n (got n = {n}, c = {c}, k = {k})");
+    assert!(
+        c <= n && (1..=n).contains(&k),
+        "pass^k needs 0 <= c <= n and 1 <= k <= n (got n = {n}, c = {c}, k = {k})"
+    );
     if c < k {
         return 0.0;
     }
@@ -85,18 +93,34 @@ pub const RESAMPLES: usize = 2_000;
 impl Report {
     /// Build the report from per-task counts; the intervals come from
     /// [`bootstrap_over_tasks`] with `seed`.
-    pub fn new(policy: &str, task_set: &str, seed: u64, scores: Vec<TaskScore>, ks: &[usize]) -> Report {
+    pub fn new(
+        policy: &str,
+        task_set: &str,
+        seed: u64,
+        scores: Vec<TaskScore>,
+        ks: &[usize],
+    ) -> Report {
         let estimates = |metric: fn(usize, usize, usize) -> f64| -> Vec<Estimate> {
             ks.iter()
                 .map(|&k| {
-                    let per_task: Vec<f64> = scores.iter().map(|s| metric(s.samples, s.successes, k)).collect();
+                    let per_task: Vec<f64> = scores
+                        .iter()
+                        .map(|s| metric(s.samples, s.successes, k))
+                        .collect();
                     let (mean, low, high) = bootstrap_over_tasks(&per_task, RESAMPLES, seed);
                     Estimate { k, mean, low, high }
                 })
                 .collect()
         };
         let (pass_at_k, pass_hat_k) = (estimates(pass_at_k), estimates(pass_hat_k));
-        Report { policy: policy.into(), task_set: task_set.into(), seed, scores, pass_at_k, pass_hat_k }
+        Report {
+            policy: policy.into(),
+            task_set: task_set.into(),
+            seed,
+            scores,
+            pass_at_k,
+            pass_hat_k,
+        }
     }
 
     pub fn to_json(&self) -> String {
@@ -109,11 +133,25 @@ impl Report {
 
     /// The report as a table: one row per k.
     pub fn table(&self) -> String {
-        let mut out = format!("{} on {} tasks (set {}, seed {})\n", self.policy, self.scores.len(), self.task_set, self.seed);
-        out.push_str(&format!("{:>4}  {:>22}  {:>22}\n", "k", "pass@k [95% interval]", "pass^k [95% interval]"));
+        let mut out = format!(
+            "{} on {} tasks (set {}, seed {})\n",
+            self.policy,
+            self.scores.len(),
+            self.task_set,
+            self.seed
+        );
+        out.push_str(&format!(
+            "{:>4}  {:>22}  {:>22}\n",
+            "k", "pass@k [95% interval]", "pass^k [95% interval]"
+        ));
         for (at, hat) in self.pass_at_k.iter().zip(&self.pass_hat_k) {
             let cell = |e: &Estimate| format!("{:.3} [{:.3}, {:.3}]", e.mean, e.low, e.high);
-            out.push_str(&format!("{:>4}  {:>22}  {:>22}\n", at.k, cell(at), cell(hat)));
+            out.push_str(&format!(
+                "{:>4}  {:>22}  {:>22}\n",
+                at.k,
+                cell(at),
+                cell(hat)
+            ));
         }
         out.trim_end().to_string()
     }
@@ -128,11 +166,21 @@ impl Report {
 /// samples together and measures how the score would move on another draw of
 /// tasks from the same distribution.
 pub fn bootstrap_over_tasks(per_task: &[f64], resamples: usize, seed: u64) -> (f64, f64, f64) {
-    assert!(!per_task.is_empty() && resamples >= 100, "need some tasks and at least 100 resamples");
+    assert!(
+        !per_task.is_empty() && resamples >= 100,
+        "need some tasks and at least 100 resamples"
+    );
     let n = per_task.len();
     let mean = per_task.iter().sum::<f64>() / n as f64;
     let mut rng = StdRng::seed_from_u64(seed);
-    let means: Vec<f64> = (0..resamples).map(|_| (0..n).map(|_| per_task[rng.random_range(0..n)]).sum::<f64>() / n as f64).collect();
+    let means: Vec<f64> = (0..resamples)
+        .map(|_| {
+            (0..n)
+                .map(|_| per_task[rng.random_range(0..n)])
+                .sum::<f64>()
+                / n as f64
+        })
+        .collect();
     (mean, percentile(&means, 0.025), percentile(&means, 0.975))
 }
 // ANCHOR_END: bootstrap_over_tasks
@@ -142,10 +190,22 @@ pub fn bootstrap_over_tasks(per_task: &[f64], resamples: usize, seed: u64) -> (f
 /// the per-task differences `b − a` in pass@k, with the paired bootstrap's
 /// 95 % interval over tasks (Chapter 2's [`paired_bootstrap`]).
 pub fn compare(a: &Report, b: &Report, k: usize, seed: u64) -> (f64, f64, f64) {
-    assert_eq!(a.task_set, b.task_set, "a paired comparison needs the same task set");
+    assert_eq!(
+        a.task_set, b.task_set,
+        "a paired comparison needs the same task set"
+    );
     let ids = |r: &Report| r.scores.iter().map(|s| s.task.clone()).collect::<Vec<_>>();
-    assert_eq!(ids(a), ids(b), "a paired comparison needs the same tasks in the same order");
-    let per_task = |r: &Report| r.scores.iter().map(|s| pass_at_k(s.samples, s.successes, k)).collect::<Vec<f64>>();
+    assert_eq!(
+        ids(a),
+        ids(b),
+        "a paired comparison needs the same tasks in the same order"
+    );
+    let per_task = |r: &Report| {
+        r.scores
+            .iter()
+            .map(|s| pass_at_k(s.samples, s.successes, k))
+            .collect::<Vec<f64>>()
+    };
     paired_bootstrap(&per_task(a), &per_task(b), RESAMPLES, seed)
 }
 
@@ -154,7 +214,10 @@ pub fn compare(a: &Report, b: &Report, k: usize, seed: u64) -> (f64, f64, f64) {
 /// smallest n with (z₁ + z₂) · sd / √n ≤ delta, where z₁ = 1.96 makes the
 /// interval 95 % and z₂ = 0.84 finds the difference in 80 % of experiments.
 pub fn tasks_needed(delta: f64, sd: f64) -> usize {
-    assert!(delta > 0.0 && sd >= 0.0, "need a positive difference and a spread (got delta = {delta}, sd = {sd})");
+    assert!(
+        delta > 0.0 && sd >= 0.0,
+        "need a positive difference and a spread (got delta = {delta}, sd = {sd})"
+    );
     ((1.96 + 0.84) * sd / delta).powi(2).ceil().max(1.0) as usize
 }
 // ANCHOR_END: compare
@@ -163,7 +226,9 @@ pub fn tasks_needed(delta: f64, sd: f64) -> usize {
 /// The fingerprint of a task set: a hash of every task as JSON, in order, so
 /// that a report names exactly which tasks (sources, tests, menus) it scored.
 pub fn task_set_fingerprint(tasks: &[Task]) -> String {
-    let hash = tasks.iter().fold(FNV_START, |h, task| fnv1a(task.to_json().as_bytes(), h));
+    let hash = tasks
+        .iter()
+        .fold(FNV_START, |h, task| fnv1a(task.to_json().as_bytes(), h));
     format!("{hash:016x}")
 }
 // ANCHOR_END: frozen
@@ -217,22 +282,39 @@ fn shingles(text: &str) -> HashSet<u64> {
 /// normalising white space) or nearly (word 5-gram Jaccard similarity at least
 /// `threshold`), with the most similar training text for each.
 pub fn leaks(train: &[String], held_out: &[String], threshold: f64) -> Vec<Leak> {
-    let exact: std::collections::HashMap<String, usize> = train.iter().enumerate().map(|(i, t)| (normalised(t), i)).collect();
+    let exact: std::collections::HashMap<String, usize> = train
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (normalised(t), i))
+        .collect();
     let train_grams: Vec<HashSet<u64>> = train.iter().map(|t| shingles(t)).collect();
     let mut found = Vec::new();
     for (h, text) in held_out.iter().enumerate() {
         if let Some(&t) = exact.get(&normalised(text)) {
-            found.push(Leak { held_out: h, train: t, similarity: 1.0 });
+            found.push(Leak {
+                held_out: h,
+                train: t,
+                similarity: 1.0,
+            });
             continue;
         }
         let grams = shingles(text);
         let best = train_grams
             .iter()
             .enumerate()
-            .map(|(t, other)| (t, grams.intersection(other).count() as f64 / grams.union(other).count() as f64))
+            .map(|(t, other)| {
+                (
+                    t,
+                    grams.intersection(other).count() as f64 / grams.union(other).count() as f64,
+                )
+            })
             .max_by(|a, b| a.1.total_cmp(&b.1));
         if let Some((t, similarity)) = best.filter(|(_, s)| *s >= threshold) {
-            found.push(Leak { held_out: h, train: t, similarity });
+            found.push(Leak {
+                held_out: h,
+                train: t,
+                similarity,
+            });
         }
     }
     found
@@ -264,14 +346,24 @@ pub fn conduct(played: &[Played], tasks: &[Task], window: usize) -> Conduct {
         .iter()
         .flat_map(|p| {
             let menu = &tasks[p.task].menu;
-            p.actions.iter().filter_map(|a| parse_call(a)).filter(|c| c.tool == "edit").map(move |c| menu.iter().any(|e| Some(&e.name) == c.arg.as_ref()))
+            p.actions
+                .iter()
+                .filter_map(|a| parse_call(a))
+                .filter(|c| c.tool == "edit")
+                .map(move |c| menu.iter().any(|e| Some(&e.name) == c.arg.as_ref()))
         })
         .collect();
     Conduct {
         malformed_turns: share(malformed, turns),
         edits_on_menu: share(edits.iter().filter(|&&on| on).count(), edits.len()),
-        submitted: share(played.iter().filter(|p| p.info.submitted).count(), played.len()),
-        over_window: share(played.iter().filter(|p| p.ids().len() > window).count(), played.len()),
+        submitted: share(
+            played.iter().filter(|p| p.info.submitted).count(),
+            played.len(),
+        ),
+        over_window: share(
+            played.iter().filter(|p| p.ids().len() > window).count(),
+            played.len(),
+        ),
     }
 }
 // ANCHOR_END: conduct
@@ -298,7 +390,10 @@ mod tests {
         assert_eq!(pass_at_k(8, 0, 4), 0.0);
         for (n, c, k) in [(20, 3, 5), (64, 10, 16), (30, 29, 2), (12, 0, 1)] {
             let direct = 1.0 - binomial((n - c) as u64, k as u64) / binomial(n as u64, k as u64);
-            assert!((pass_at_k(n, c, k) - direct).abs() < 1e-12, "n {n} c {c} k {k}");
+            assert!(
+                (pass_at_k(n, c, k) - direct).abs() < 1e-12,
+                "n {n} c {c} k {k}"
+            );
         }
         // Large n, where the binomials overflow f64 but the product does not.
         let p = pass_at_k(2_000, 1, 1_000);
@@ -334,12 +429,21 @@ mod tests {
         let split: Vec<f64> = (0..40).map(|i| (i % 2) as f64).collect();
         let (mean, low, high) = bootstrap_over_tasks(&split, 2_000, 7);
         assert_eq!(mean, 0.5);
-        assert!((0.30..0.40).contains(&low) && (0.60..0.70).contains(&high), "{low} {high}");
+        assert!(
+            (0.30..0.40).contains(&low) && (0.60..0.70).contains(&high),
+            "{low} {high}"
+        );
     }
 
     #[test]
     fn a_report_round_trips_through_json_and_tabulates_every_k() {
-        let scores = (0..10).map(|i| TaskScore { task: format!("t{i}"), samples: 8, successes: i % 5 }).collect();
+        let scores = (0..10)
+            .map(|i| TaskScore {
+                task: format!("t{i}"),
+                samples: 8,
+                successes: i % 5,
+            })
+            .collect();
         let report = Report::new("base", "0123", 3, scores, &[1, 4, 8]);
         assert_eq!(Report::from_json(&report.to_json()).unwrap(), report);
         assert_eq!(report.table().lines().count(), 2 + 3);
@@ -347,17 +451,34 @@ mod tests {
         assert!(report.pass_at_k[0].mean < report.pass_at_k[2].mean);
         assert!(report.pass_hat_k[0].mean > report.pass_hat_k[2].mean);
         assert!((report.pass_at_k[0].mean - 0.25).abs() < 1e-12);
-        assert!(Report::from_json("{}").unwrap_err().starts_with("not an evaluation report"));
+        assert!(Report::from_json("{}")
+            .unwrap_err()
+            .starts_with("not an evaluation report"));
     }
 
     #[test]
     fn compare_takes_per_task_differences_and_refuses_other_tasks() {
-        let scores = |c: [usize; 4]| (0..4).map(|i| TaskScore { task: format!("t{i}"), samples: 4, successes: c[i] }).collect::<Vec<_>>();
+        let scores = |c: [usize; 4]| {
+            (0..4)
+                .map(|i| TaskScore {
+                    task: format!("t{i}"),
+                    samples: 4,
+                    successes: c[i],
+                })
+                .collect::<Vec<_>>()
+        };
         let a = Report::new("a", "set", 0, scores([0, 1, 2, 4]), &[1]);
         let b = Report::new("b", "set", 0, scores([1, 2, 3, 4]), &[1]);
         // pass@1 rises by 1/4 on three tasks and not at all on the fourth: mean 3/16.
         let (mean, low, high) = compare(&a, &b, 1, 5);
-        assert!((mean - 3.0 / 16.0).abs() < 1e-12 && low <= mean && mean <= high && low >= 0.0 && high <= 0.25, "{mean} {low} {high}");
+        assert!(
+            (mean - 3.0 / 16.0).abs() < 1e-12
+                && low <= mean
+                && mean <= high
+                && low >= 0.0
+                && high <= 0.25,
+            "{mean} {low} {high}"
+        );
         let other = Report::new("c", "other set", 0, scores([1, 2, 3, 4]), &[1]);
         assert!(std::panic::catch_unwind(|| compare(&a, &other, 1, 5)).is_err());
     }
@@ -366,11 +487,17 @@ mod tests {
     fn a_task_set_fingerprint_changes_with_any_task() {
         let gym = crate::gym::Gym::standard();
         let tasks = &gym.held_out[..5];
-        assert_eq!(task_set_fingerprint(tasks), task_set_fingerprint(&tasks.to_vec()));
+        assert_eq!(
+            task_set_fingerprint(tasks),
+            task_set_fingerprint(&tasks.to_vec())
+        );
         let mut changed = tasks.to_vec();
         changed[3].hidden_tests[0].expected.push('0');
         assert_ne!(task_set_fingerprint(tasks), task_set_fingerprint(&changed));
-        assert_ne!(task_set_fingerprint(tasks), task_set_fingerprint(&tasks[..4]));
+        assert_ne!(
+            task_set_fingerprint(tasks),
+            task_set_fingerprint(&tasks[..4])
+        );
     }
 
     #[test]
@@ -387,38 +514,61 @@ mod tests {
             "fn clamp(value, lower, upper) { min(max(value, lower), upper) }".to_string(),
         ];
         let held_out = vec![
-            "fn add(a,   b) {  a + b }".to_string(),                                         // exact after normalising
-            "fn add(a, b) {\n a + b\n}".to_string(),                                         // exact after normalising
+            "fn add(a,   b) {  a + b }".to_string(), // exact after normalising
+            "fn add(a, b) {\n a + b\n}".to_string(), // exact after normalising
             "fn clamp(value, lower, upper) { min(max(value, lower), upper) + 0 }".to_string(), // near
-            "fn add(x, y) { x - y }".to_string(),                                             // shares words, not a copy
-            "fn gcd(a, b) { if b == 0 { a } else { gcd(b, a % b) } }".to_string(),            // new
+            "fn add(x, y) { x - y }".to_string(), // shares words, not a copy
+            "fn gcd(a, b) { if b == 0 { a } else { gcd(b, a % b) } }".to_string(), // new
         ];
         let found = leaks(&train, &held_out, 0.7);
-        let exact: Vec<usize> = found.iter().filter(|l| l.similarity == 1.0).map(|l| l.held_out).collect();
+        let exact: Vec<usize> = found
+            .iter()
+            .filter(|l| l.similarity == 1.0)
+            .map(|l| l.held_out)
+            .collect();
         assert_eq!(exact, vec![0, 1]);
-        let near: Vec<(usize, usize)> = found.iter().filter(|l| l.similarity < 1.0).map(|l| (l.held_out, l.train)).collect();
+        let near: Vec<(usize, usize)> = found
+            .iter()
+            .filter(|l| l.similarity < 1.0)
+            .map(|l| (l.held_out, l.train))
+            .collect();
         assert!(near.contains(&(2, 1)), "{found:?}");
         assert!(!found.iter().any(|l| l.held_out >= 3), "{found:?}");
     }
 
     #[test]
     fn conduct_counts_malformed_turns_edits_off_the_menu_submissions_and_long_streams() {
-        use crate::gym::Info;
         use crate::episode::Owner;
+        use crate::gym::Info;
         use crate::rollout::Segment;
         let task = crate::gym::Gym::standard().held_out[0].clone();
         let on_menu = format!("<call> edit {} </call>", task.menu[0].name);
         let episode = |actions: Vec<&str>, submitted: bool, tokens: usize| Played {
             task: 0,
-            segments: vec![Segment { owner: Owner::Env, ids: vec![7; tokens], logprobs: vec![] }],
+            segments: vec![Segment {
+                owner: Owner::Env,
+                ids: vec![7; tokens],
+                logprobs: vec![],
+            }],
             parse_errors: actions.iter().filter(|a| parse_call(a).is_none()).count(),
             actions: actions.into_iter().map(String::from).collect(),
             reward: 0.0,
-            info: Info { submitted, ..Info::default() },
+            info: Info {
+                submitted,
+                ..Info::default()
+            },
         };
         let played = vec![
-            episode(vec!["<call> read </call>", &on_menu, "<call> submit </call>"], true, 100),
-            episode(vec!["<call> edit no_such_edit </call>", "garbage", "<call> edit"], false, 900),
+            episode(
+                vec!["<call> read </call>", &on_menu, "<call> submit </call>"],
+                true,
+                100,
+            ),
+            episode(
+                vec!["<call> edit no_such_edit </call>", "garbage", "<call> edit"],
+                false,
+                900,
+            ),
         ];
         let seen = conduct(&played, std::slice::from_ref(&task), 752);
         assert_eq!(seen.malformed_turns, 2.0 / 6.0);

@@ -41,8 +41,15 @@ pub struct Line {
 
 impl Line {
     pub fn new(trajectory: &Trajectory, task_id: &str, policy_version: usize) -> Line {
-        let action_mask: Vec<u8> = trajectory.action_mask().iter().map(|&m| u8::from(m)).collect();
-        let prompt_len = action_mask.iter().position(|&m| m == 1).unwrap_or(action_mask.len());
+        let action_mask: Vec<u8> = trajectory
+            .action_mask()
+            .iter()
+            .map(|&m| u8::from(m))
+            .collect();
+        let prompt_len = action_mask
+            .iter()
+            .position(|&m| m == 1)
+            .unwrap_or(action_mask.len());
         Line {
             format: FORMAT.into(),
             task: trajectory.task,
@@ -69,22 +76,34 @@ impl Line {
         }
         let n = self.ids.len();
         if self.action_mask.len() != n || self.logprobs.len() != n {
-            return Err(format!("{n} ids but {} mask entries and {} log-probs", self.action_mask.len(), self.logprobs.len()));
+            return Err(format!(
+                "{n} ids but {} mask entries and {} log-probs",
+                self.action_mask.len(),
+                self.logprobs.len()
+            ));
         }
         if let Some(i) = self.action_mask.iter().position(|&m| m > 1) {
-            return Err(format!("action_mask[{i}] is {}, expected 0 or 1", self.action_mask[i]));
+            return Err(format!(
+                "action_mask[{i}] is {}, expected 0 or 1",
+                self.action_mask[i]
+            ));
         }
         for (i, (&m, &lp)) in self.action_mask.iter().zip(&self.logprobs).enumerate() {
             if m == 1 && !(lp <= 0.0 && lp.is_finite()) {
                 return Err(format!("logprobs[{i}] = {lp} on an action token: a log-probability is finite and at most 0"));
             }
             if m == 0 && lp != 0.0 {
-                return Err(format!("logprobs[{i}] = {lp} on a token the policy did not sample (expected 0)"));
+                return Err(format!(
+                    "logprobs[{i}] = {lp} on a token the policy did not sample (expected 0)"
+                ));
             }
         }
         let first = self.action_mask.iter().position(|&m| m == 1).unwrap_or(n);
         if self.prompt_len != first {
-            return Err(format!("prompt_len is {} but the first action token is at {first}", self.prompt_len));
+            return Err(format!(
+                "prompt_len is {} but the first action token is at {first}",
+                self.prompt_len
+            ));
         }
         if !self.reward.is_finite() {
             return Err(format!("reward is {}", self.reward));
@@ -94,35 +113,62 @@ impl Line {
 
     /// Back to a trajectory of the loop.
     pub fn trajectory(&self) -> Trajectory {
-        let owners = self.action_mask.iter().enumerate().map(|(i, &m)| if m == 1 { Owner::Policy } else if i < self.prompt_len { Owner::Prompt } else { Owner::Env }).collect();
-        Trajectory { task: self.task, ids: self.ids.clone(), owners, logprobs: self.logprobs.clone(), reward: self.reward, info: self.info }
+        let owners = self
+            .action_mask
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| {
+                if m == 1 {
+                    Owner::Policy
+                } else if i < self.prompt_len {
+                    Owner::Prompt
+                } else {
+                    Owner::Env
+                }
+            })
+            .collect();
+        Trajectory {
+            task: self.task,
+            ids: self.ids.clone(),
+            owners,
+            logprobs: self.logprobs.clone(),
+            reward: self.reward,
+            info: self.info,
+        }
     }
 }
 
 // ANCHOR: io
 /// Write `lines` to `path`, one JSON object per line.
 pub fn write_jsonl(path: &Path, lines: &[Line]) -> Result<(), String> {
-    let file = std::fs::File::create(path).map_err(|err| format!("cannot create {}: {err}", path.display()))?;
+    let file = std::fs::File::create(path)
+        .map_err(|err| format!("cannot create {}: {err}", path.display()))?;
     let mut out = std::io::BufWriter::new(file);
     for line in lines {
         line.check()?;
-        writeln!(out, "{}", line.to_json()).map_err(|err| format!("cannot write {}: {err}", path.display()))?;
+        writeln!(out, "{}", line.to_json())
+            .map_err(|err| format!("cannot write {}: {err}", path.display()))?;
     }
-    out.flush().map_err(|err| format!("cannot write {}: {err}", path.display()))
+    out.flush()
+        .map_err(|err| format!("cannot write {}: {err}", path.display()))
 }
 
 /// Read a file that [`write_jsonl`] (or another program) wrote; the first
 /// line that does not parse or breaks an invariant is an error naming it.
 pub fn read_jsonl(path: &Path) -> Result<Vec<Line>, String> {
-    let file = std::fs::File::open(path).map_err(|err| format!("cannot open {}: {err}", path.display()))?;
+    let file = std::fs::File::open(path)
+        .map_err(|err| format!("cannot open {}: {err}", path.display()))?;
     let mut lines = Vec::new();
     for (number, text) in std::io::BufReader::new(file).lines().enumerate() {
-        let text = text.map_err(|err| format!("{}: cannot read line {}: {err}", path.display(), number + 1))?;
+        let text = text
+            .map_err(|err| format!("{}: cannot read line {}: {err}", path.display(), number + 1))?;
         if text.trim().is_empty() {
             continue;
         }
-        let line: Line = serde_json::from_str(&text).map_err(|err| format!("{} line {}: {err}", path.display(), number + 1))?;
-        line.check().map_err(|err| format!("{} line {}: {err}", path.display(), number + 1))?;
+        let line: Line = serde_json::from_str(&text)
+            .map_err(|err| format!("{} line {}: {err}", path.display(), number + 1))?;
+        line.check()
+            .map_err(|err| format!("{} line {}: {err}", path.display(), number + 1))?;
         lines.push(line);
     }
     Ok(lines)
@@ -134,14 +180,27 @@ mod tests {
     use super::*;
 
     fn sample() -> Trajectory {
-        let owners = [Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy, Owner::Env];
+        let owners = [
+            Owner::Prompt,
+            Owner::Prompt,
+            Owner::Policy,
+            Owner::Policy,
+            Owner::Env,
+            Owner::Policy,
+            Owner::Env,
+        ];
         Trajectory {
             task: 3,
             ids: vec![5, 6, 7, 8, 9, 10, 2],
             owners: owners.to_vec(),
             logprobs: vec![0.0, 0.0, -0.1234567890123, -2.5e-9, 0.0, -7.0, 0.0],
             reward: 1.0,
-            info: Info { submitted: true, public_pass: true, hidden_pass: true, ..Info::default() },
+            info: Info {
+                submitted: true,
+                public_pass: true,
+                hidden_pass: true,
+                ..Info::default()
+            },
         }
     }
 
@@ -168,10 +227,22 @@ mod tests {
         let mut bad = Line::new(&sample(), "clamp-3", 0);
         bad.logprobs[3] = 0.5;
         let cases = [
-            (serde_json::to_string(&bad).unwrap(), "logprobs[3] = 0.5 on an action token"),
-            (good.replace("\"prompt_len\":2", "\"prompt_len\":1"), "prompt_len is 1 but the first action token is at 2"),
-            (good.replace("\"action_mask\":[0,0,1", "\"action_mask\":[0,0,2"), "action_mask[2] is 2"),
-            (good.replace("agentrl-trajectory/1", "other/9"), "expected \"agentrl-trajectory/1\""),
+            (
+                serde_json::to_string(&bad).unwrap(),
+                "logprobs[3] = 0.5 on an action token",
+            ),
+            (
+                good.replace("\"prompt_len\":2", "\"prompt_len\":1"),
+                "prompt_len is 1 but the first action token is at 2",
+            ),
+            (
+                good.replace("\"action_mask\":[0,0,1", "\"action_mask\":[0,0,2"),
+                "action_mask[2] is 2",
+            ),
+            (
+                good.replace("agentrl-trajectory/1", "other/9"),
+                "expected \"agentrl-trajectory/1\"",
+            ),
             ("{not json".to_string(), "line 2: key must be a string"),
         ];
         for (text, expected) in cases {

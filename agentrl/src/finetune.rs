@@ -10,7 +10,9 @@ use crate::episode::Owner;
 use crate::gym::Task;
 use crate::pg::{per_token, reinforce_loss, Algorithm, Forward, Report};
 use crate::policies::Oracle;
-use crate::pretrain::{corpus_of, load_model, pretrain, save_model, PretrainConfig, Sequence, BASE};
+use crate::pretrain::{
+    corpus_of, load_model, pretrain, save_model, PretrainConfig, Sequence, BASE,
+};
 use crate::rollout::Played;
 use crate::tinyagent::TinyAgent;
 use crate::tokenizer::Bpe;
@@ -24,13 +26,24 @@ use tch::Tensor;
 /// The settings of an SFT run: Chapter 4's next-token training with weight 0
 /// on every token the policy did not write (Chapter 5's mask), 60 AdamW
 /// steps of 8 transcripts at a peak learning rate of 10⁻³.
-pub const SFT: PretrainConfig = PretrainConfig { episodes: 0, steps: 60, batch: 8, lr: 1e-3, context_weight: 0.0, seed: 0, ..BASE };
+pub const SFT: PretrainConfig = PretrainConfig {
+    episodes: 0,
+    steps: 60,
+    batch: 8,
+    lr: 1e-3,
+    context_weight: 0.0,
+    seed: 0,
+    ..BASE
+};
 
 /// `n` transcripts of the oracle (read, test, the fix, test, submit), on
 /// training tasks taken in an order shuffled by `rng`: a first pass over
 /// the shuffled tasks, then a second, and so on.
 pub fn oracle_transcripts(tasks: &[Task], n: usize, rng: &mut StdRng) -> Vec<Vec<(Owner, String)>> {
-    let chosen: Vec<Task> = shuffled_passes(tasks.len(), n, rng).into_iter().map(|t| tasks[t].clone()).collect();
+    let chosen: Vec<Task> = shuffled_passes(tasks.len(), n, rng)
+        .into_iter()
+        .map(|t| tasks[t].clone())
+        .collect();
     corpus_of(&chosen, n, &mut Oracle)
 }
 
@@ -43,8 +56,16 @@ pub fn shuffled_passes(count: usize, n: usize, rng: &mut StdRng) -> Vec<usize> {
 
 /// Fine-tune `model` on `transcripts`, the loss on the policy's own tokens
 /// only (`config.context_weight` = 0 for SFT). Returns the loss of every step.
-pub fn sft(model: &mut TinyAgent, bpe: &Bpe, transcripts: &[Vec<(Owner, String)>], config: &PretrainConfig) -> Vec<f64> {
-    let sequences: Vec<Sequence> = transcripts.iter().map(|t| Sequence::new(bpe, t, config.context_weight)).collect();
+pub fn sft(
+    model: &mut TinyAgent,
+    bpe: &Bpe,
+    transcripts: &[Vec<(Owner, String)>],
+    config: &PretrainConfig,
+) -> Vec<f64> {
+    let sequences: Vec<Sequence> = transcripts
+        .iter()
+        .map(|t| Sequence::new(bpe, t, config.context_weight))
+        .collect();
     pretrain(model, &sequences, config)
 }
 // ANCHOR_END: sft
@@ -58,17 +79,37 @@ pub fn sft(model: &mut TinyAgent, bpe: &Bpe, transcripts: &[Vec<(Owner, String)>
 pub struct Rft;
 
 impl Algorithm for Rft {
-    fn advantages(&mut self, _model: &TinyAgent, _trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], _group: usize, _report: &mut Report) -> Tensor {
+    fn advantages(
+        &mut self,
+        _model: &TinyAgent,
+        _trajectories: &[Trajectory],
+        rollout: &Batch,
+        rewards: &[f64],
+        _group: usize,
+        _report: &mut Report,
+    ) -> Tensor {
         per_token(&vec![1.0; rewards.len()], &rollout.mask) // [N, T]
     }
 
     fn keep(&mut self, played: &[Played], _group: usize, report: &mut Report) -> Vec<usize> {
-        let kept: Vec<usize> = (0..played.len()).filter(|&i| played[i].reward > 0.5).collect();
-        report.insert("kept".into(), kept.len() as f64 / played.len().max(1) as f64);
+        let kept: Vec<usize> = (0..played.len())
+            .filter(|&i| played[i].reward > 0.5)
+            .collect();
+        report.insert(
+            "kept".into(),
+            kept.len() as f64 / played.len().max(1) as f64,
+        );
         kept
     }
 
-    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, _rows: &[usize], _report: &mut Report) -> Tensor {
+    fn loss(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        advantages: &Tensor,
+        _rows: &[usize],
+        _report: &mut Report,
+    ) -> Tensor {
         reinforce_loss(&forward.logp, &minibatch.mask, advantages)
     }
 
@@ -96,13 +137,26 @@ pub fn dpo_weights(beta: f64, h: f64) -> (f64, f64) {
 /// `held_out`, from the stream "final evaluation" of `seed`, so that every
 /// method trained with a seed is judged on the same draws.
 pub fn held_out_rates(model: &TinyAgent, bpe: &Bpe, held_out: &[Task], seed: u64) -> (f64, f64) {
-    crate::reward::outcome_rates(model, bpe, held_out, 4, &mut crate::stats::Streams::new(seed).stream("final evaluation", 0))
+    crate::reward::outcome_rates(
+        model,
+        bpe,
+        held_out,
+        4,
+        &mut crate::stats::Streams::new(seed).stream("final evaluation", 0),
+    )
 }
 
 /// Store in `dir` a model whose weights are the file `weights` (a run's
 /// `final.safetensors`), with `bpe`, so that [`crate::pg::train_from`] can start from it.
 pub fn save_start(dir: &Path, bpe: &Bpe, weights: &Path) -> Result<(), String> {
-    let model = TinyAgent::load(crate::tinyagent::Config { vocab: bpe.vocab_size() as i64, ..BASE.model }, weights, crate::tinyagent::device())?;
+    let model = TinyAgent::load(
+        crate::tinyagent::Config {
+            vocab: bpe.vocab_size() as i64,
+            ..BASE.model
+        },
+        weights,
+        crate::tinyagent::device(),
+    )?;
     save_model(dir, bpe, &model)?;
     load_model(dir).map(|_| ())
 }
@@ -121,14 +175,32 @@ mod tests {
         let first: std::collections::HashSet<usize> = order[..n].iter().copied().collect();
         assert_eq!(first.len(), n, "the first pass visits every task once");
         assert_eq!(order[n..], order[..3], "then starts the same order again");
-        assert_ne!(shuffled_passes(n, 5, &mut Streams::new(1).tasks(0)), order[..5].to_vec(), "another seed, another order");
+        assert_ne!(
+            shuffled_passes(n, 5, &mut Streams::new(1).tasks(0)),
+            order[..5].to_vec(),
+            "another seed, another order"
+        );
         let transcripts = oracle_transcripts(&gym.train, 12, &mut Streams::new(0).tasks(0));
         assert_eq!(transcripts.len(), 12);
         for (transcript, &t) in transcripts.iter().zip(&order) {
             assert_eq!(transcript[0].1, gym.train[t].prompt(), "task {t}");
             let edit = format!("<call> edit {} </call>", gym.train[t].fix_op());
-            assert_eq!(transcript.iter().filter(|(o, m)| *o == Owner::Policy && *m == edit).count(), 1, "{transcript:?}");
-            assert_eq!(transcript.iter().filter(|(o, m)| *o == Owner::Policy && m.contains("edit")).count(), 1, "{transcript:?}");
+            assert_eq!(
+                transcript
+                    .iter()
+                    .filter(|(o, m)| *o == Owner::Policy && *m == edit)
+                    .count(),
+                1,
+                "{transcript:?}"
+            );
+            assert_eq!(
+                transcript
+                    .iter()
+                    .filter(|(o, m)| *o == Owner::Policy && m.contains("edit"))
+                    .count(),
+                1,
+                "{transcript:?}"
+            );
         }
     }
 
@@ -136,7 +208,14 @@ mod tests {
     fn rft_keeps_the_successes_and_imitates_them_with_weight_one() {
         let played: Vec<Played> = [1.0, 0.0, 1.0, 0.0]
             .iter()
-            .map(|&reward| Played { task: 0, segments: Vec::new(), actions: Vec::new(), reward, info: Default::default(), parse_errors: 0 })
+            .map(|&reward| Played {
+                task: 0,
+                segments: Vec::new(),
+                actions: Vec::new(),
+                reward,
+                info: Default::default(),
+                parse_errors: 0,
+            })
             .collect();
         let mut report = Report::new();
         assert_eq!(Rft.keep(&played, 4, &mut report), vec![0, 2]);
@@ -144,8 +223,19 @@ mod tests {
         // The loss of a minibatch is the token mean of −log π over its action tokens.
         let logp = Tensor::from_slice(&[-1.0, -2.0, -3.0, -4.0]).view([1, 4]);
         let mask = Tensor::from_slice(&[0.0, 1.0, 1.0, 0.0]).view([1, 4]);
-        let forward = Forward { logp: logp.shallow_clone(), entropy: logp.zeros_like(), hidden: logp.zeros_like(), log_probs: logp.zeros_like() };
-        let batch = Batch { ids: mask.zeros_like(), valid: mask.ones_like(), mask: mask.shallow_clone(), logprobs: mask.zeros_like(), rewards: Tensor::from_slice(&[1.0]) };
+        let forward = Forward {
+            logp: logp.shallow_clone(),
+            entropy: logp.zeros_like(),
+            hidden: logp.zeros_like(),
+            log_probs: logp.zeros_like(),
+        };
+        let batch = Batch {
+            ids: mask.zeros_like(),
+            valid: mask.ones_like(),
+            mask: mask.shallow_clone(),
+            logprobs: mask.zeros_like(),
+            rewards: Tensor::from_slice(&[1.0]),
+        };
         let loss = Rft.loss(&forward, &batch, &mask, &[0], &mut report);
         assert_eq!(loss.double_value(&[]), 2.5);
     }
@@ -165,12 +255,32 @@ mod tests {
         use crate::preference::{sequence_logp, Dpo};
         use crate::tinyagent::Config;
         use crate::trajectory::collate;
-        let config = Config { vocab: 16, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 };
-        let policy = { let _turn = crate::book::seeded(1); TinyAgent::new(config, tch::Device::Cpu) };
-        let reference = { let _turn = crate::book::seeded(2); TinyAgent::new(config, tch::Device::Cpu) };
+        let config = Config {
+            vocab: 16,
+            n_ctx: 16,
+            d_model: 16,
+            n_layer: 1,
+            n_head: 2,
+        };
+        let policy = {
+            let _turn = crate::book::seeded(1);
+            TinyAgent::new(config, tch::Device::Cpu)
+        };
+        let reference = {
+            let _turn = crate::book::seeded(2);
+            TinyAgent::new(config, tch::Device::Cpu)
+        };
         let episode = crate::trajectory::toy;
         // Two pairs: chosen rows 0 and 1, rejected rows 2 and 3.
-        let batch = collate(&[episode([4, 5, 6]), episode([7, 8, 9]), episode([10, 11, 12]), episode([13, 14, 15])], tch::Device::Cpu);
+        let batch = collate(
+            &[
+                episode([4, 5, 6]),
+                episode([7, 8, 9]),
+                episode([10, 11, 12]),
+                episode([13, 14, 15]),
+            ],
+            tch::Device::Cpu,
+        );
         let beta = 0.5;
         let gradient = |loss: &Tensor| -> Vec<f64> {
             for v in policy.vs.trainable_variables() {
@@ -180,20 +290,49 @@ mod tests {
                 }
             }
             loss.backward();
-            policy.vs.trainable_variables().iter().flat_map(|v| Vec::<f64>::try_from(v.grad().reshape([-1])).unwrap()).collect()
+            policy
+                .vs
+                .trainable_variables()
+                .iter()
+                .flat_map(|v| Vec::<f64>::try_from(v.grad().reshape([-1])).unwrap())
+                .collect()
         };
         let logp = sequence_logp(&forward(&policy, &batch).logp, &batch.mask); // [4]
         let fixed = tch::no_grad(|| sequence_logp(&forward(&reference, &batch).logp, &batch.mask)); // [4]
-        let out = Dpo { beta, label_smoothing: 0.0 }.loss(&logp.narrow(0, 0, 2), &logp.narrow(0, 2, 2), &fixed.narrow(0, 0, 2), &fixed.narrow(0, 2, 2));
+        let out = Dpo {
+            beta,
+            label_smoothing: 0.0,
+        }
+        .loss(
+            &logp.narrow(0, 0, 2),
+            &logp.narrow(0, 2, 2),
+            &fixed.narrow(0, 0, 2),
+            &fixed.narrow(0, 2, 2),
+        );
         let h: Vec<f64> = Vec::try_from(&out.chosen_rewards - &out.rejected_rewards).unwrap();
-        assert!(h.iter().all(|h| h.abs() > 1e-3), "a pair the policy and the reference rank differently: {h:?}");
+        assert!(
+            h.iter().all(|h| h.abs() > 1e-3),
+            "a pair the policy and the reference rank differently: {h:?}"
+        );
         let dpo = gradient(&out.loss);
-        let w: Vec<f64> = h.iter().map(|&h| dpo_weights(beta, h).0).chain(h.iter().map(|&h| dpo_weights(beta, h).1)).collect();
+        let w: Vec<f64> = h
+            .iter()
+            .map(|&h| dpo_weights(beta, h).0)
+            .chain(h.iter().map(|&h| dpo_weights(beta, h).1))
+            .collect();
         let logp = sequence_logp(&forward(&policy, &batch).logp, &batch.mask); // [4], a fresh graph
         let weighted = -(logp * Tensor::from_slice(&w)).sum(crate::book::REAL) / 2.0; // mean over the 2 pairs
         let nll = gradient(&weighted);
         let norm = dpo.iter().map(|g| g * g).sum::<f64>().sqrt();
-        let gap = dpo.iter().zip(&nll).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
-        assert!(norm > 1e-6 && gap < 1e-12 * norm.max(1.0), "gradient gap {gap} against a norm of {norm}");
+        let gap = dpo
+            .iter()
+            .zip(&nll)
+            .map(|(a, b)| (a - b) * (a - b))
+            .sum::<f64>()
+            .sqrt();
+        assert!(
+            norm > 1e-6 && gap < 1e-12 * norm.max(1.0),
+            "gradient gap {gap} against a norm of {norm}"
+        );
     }
 }

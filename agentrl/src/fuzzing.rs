@@ -46,7 +46,12 @@ pub enum Target {
 }
 
 impl Target {
-    pub const ALL: [Target; 4] = [Target::CallParser, Target::EnvStep, Target::Guarded, Target::ProcessRunner];
+    pub const ALL: [Target; 4] = [
+        Target::CallParser,
+        Target::EnvStep,
+        Target::Guarded,
+        Target::ProcessRunner,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -65,7 +70,9 @@ impl Target {
 
 /// Characters that parsers, terminals and tokenizers tend to treat specially.
 const ODD_CHARS: &[char] = &[
-    '<', '>', '/', '\\', '"', '\'', ' ', '\t', '\n', '\r', '\0', '\u{7f}', '\u{a0}', '\u{3000}', '\u{200b}', '\u{202e}', '\u{2066}', '\u{feff}', '\u{fffd}', 'é', 'ß', 'İ', '\u{301}', '🦀', '𝒳', '_', '0', '9', '{', '}', '(', ')', ';', '$', '*', '.',
+    '<', '>', '/', '\\', '"', '\'', ' ', '\t', '\n', '\r', '\0', '\u{7f}', '\u{a0}', '\u{3000}',
+    '\u{200b}', '\u{202e}', '\u{2066}', '\u{feff}', '\u{fffd}', 'é', 'ß', 'İ', '\u{301}', '🦀',
+    '𝒳', '_', '0', '9', '{', '}', '(', ')', ';', '$', '*', '.',
 ];
 
 const TOOLS: &[&str] = &["read", "test", "edit", "undo", "submit"];
@@ -78,11 +85,15 @@ fn odd_char(rng: &mut StdRng) -> char {
 fn word(rng: &mut StdRng, real: &[&str]) -> String {
     match rng.random_range(0..10) {
         0..=5 if !real.is_empty() => real.choose(rng).expect("a word").to_string(),
-        6 => (0..rng.random_range(1..12)).map(|_| rng.random_range(b'a'..=b'z') as char).collect(),
+        6 => (0..rng.random_range(1..12))
+            .map(|_| rng.random_range(b'a'..=b'z') as char)
+            .collect(),
         7 => "x".repeat(rng.random_range(60..5_000)),
         8 => (0..rng.random_range(1..6)).map(|_| odd_char(rng)).collect(),
         _ => {
-            let mut w = real.choose(rng).map_or("edit".to_string(), |w| w.to_string());
+            let mut w = real
+                .choose(rng)
+                .map_or("edit".to_string(), |w| w.to_string());
             w.insert(rng.random_range(0..=w.len()), 'é');
             w
         }
@@ -90,20 +101,36 @@ fn word(rng: &mut StdRng, real: &[&str]) -> String {
 }
 
 fn space(rng: &mut StdRng) -> &'static str {
-    *[" ", " ", " ", "", "  ", "\t", "\n", "\u{a0}", "\u{3000}", " \r\n "].choose(rng).expect("a space")
+    *[
+        " ", " ", " ", "", "  ", "\t", "\n", "\u{a0}", "\u{3000}", " \r\n ",
+    ]
+    .choose(rng)
+    .expect("a space")
 }
 
 /// One `<call> tool [arg] </call>`, well formed or nearly: mostly a real tool
 /// with the argument it takes (an op of the task's menu for `edit`).
 fn call(rng: &mut StdRng, ops: &[&str]) -> String {
-    let tool = if rng.random_bool(0.85) { TOOLS.choose(rng).expect("a tool").to_string() } else { word(rng, TOOLS) };
+    let tool = if rng.random_bool(0.85) {
+        TOOLS.choose(rng).expect("a tool").to_string()
+    } else {
+        word(rng, TOOLS)
+    };
     let takes_arg = tool == "edit";
     let arg = match (takes_arg, rng.random_range(0..10)) {
-        (true, 0..=6) if !ops.is_empty() => format!("{}{}", space(rng), ops.choose(rng).expect("an op")),
+        (true, 0..=6) if !ops.is_empty() => {
+            format!("{}{}", space(rng), ops.choose(rng).expect("an op"))
+        }
         (true, _) | (false, 0 | 1) => format!("{}{}", space(rng), word(rng, ops)),
         (false, _) => String::new(),
     };
-    format!("{}<call>{}{tool}{arg}{}</call>{}", if rng.random_bool(0.9) { "" } else { space(rng) }, space(rng), space(rng), if rng.random_bool(0.9) { "" } else { space(rng) })
+    format!(
+        "{}<call>{}{tool}{arg}{}</call>{}",
+        if rng.random_bool(0.9) { "" } else { space(rng) },
+        space(rng),
+        space(rng),
+        if rng.random_bool(0.9) { "" } else { space(rng) }
+    )
 }
 
 /// Insert, delete, duplicate, truncate or overwrite a few characters.
@@ -127,7 +154,12 @@ pub fn mutate(rng: &mut StdRng, text: &str, times: std::ops::Range<usize>) -> St
             3 => chars.truncate(at),
             4 if at < chars.len() => chars[at] = odd_char(rng),
             _ => {
-                let token = *["<call>", "</call>", "fn ", "{", "}", "(", ")", ";", "loop", "\"", "let ", "return ", "//", "/*", "0x", "-"].choose(rng).expect("a token");
+                let token = *[
+                    "<call>", "</call>", "fn ", "{", "}", "(", ")", ";", "loop", "\"", "let ",
+                    "return ", "//", "/*", "0x", "-",
+                ]
+                .choose(rng)
+                .expect("a token");
                 chars.splice(at..at, token.chars());
             }
         }
@@ -145,13 +177,22 @@ pub fn action(rng: &mut StdRng, ops: &[&str]) -> String {
             let text = call(rng, ops);
             mutate(rng, &text, 1..4)
         }
-        13 => (0..rng.random_range(2..5)).map(|_| call(rng, ops)).collect::<Vec<_>>().join(space(rng)),
-        14 => (0..rng.random_range(0..64)).map(|_| odd_char(rng)).collect(),
+        13 => (0..rng.random_range(2..5))
+            .map(|_| call(rng, ops))
+            .collect::<Vec<_>>()
+            .join(space(rng)),
+        14 => (0..rng.random_range(0..64))
+            .map(|_| odd_char(rng))
+            .collect(),
         15 => {
             let hostile = hostile_actions();
             hostile.choose(rng).expect("a hostile action").1.clone()
         }
-        16 => format!("{}{}", "<call>".repeat(rng.random_range(1..2_000)), call(rng, ops)),
+        16 => format!(
+            "{}{}",
+            "<call>".repeat(rng.random_range(1..2_000)),
+            call(rng, ops)
+        ),
         17 => format!("Let me look.\n{}\nThat should do it.", call(rng, ops)),
         _ => {
             let text = call(rng, ops);
@@ -168,23 +209,47 @@ pub fn hostile_actions() -> Vec<(&'static str, String)> {
         ("whitespace only", " \t\n\r ".into()),
         ("a megabyte of text", "a".repeat(1 << 20)),
         ("ten thousand open tags", "<call>".repeat(10_000)),
-        ("a tool name of ten thousand letters", format!("<call> {} </call>", "r".repeat(10_000))),
-        ("an op name of ten thousand letters", format!("<call> edit {} </call>", "o".repeat(10_000))),
+        (
+            "a tool name of ten thousand letters",
+            format!("<call> {} </call>", "r".repeat(10_000)),
+        ),
+        (
+            "an op name of ten thousand letters",
+            format!("<call> edit {} </call>", "o".repeat(10_000)),
+        ),
         ("NUL bytes", "<call> read\0 </call>".into()),
-        ("right-to-left override", "<call> edit \u{202e}pam_xof </call>".into()),
-        ("two calls", "<call> edit a </call><call> submit </call>".into()),
+        (
+            "right-to-left override",
+            "<call> edit \u{202e}pam_xof </call>".into(),
+        ),
+        (
+            "two calls",
+            "<call> edit a </call><call> submit </call>".into(),
+        ),
         ("unclosed", "<call> submit".into()),
         ("closing tag only", "</call>".into()),
         ("regex metacharacters", "<call> .* </call>".into()),
-        ("a path for an argument", "<call> read /etc/passwd </call>".into()),
-        ("a parent directory", "<call> read ../hidden_tests </call>".into()),
+        (
+            "a path for an argument",
+            "<call> read /etc/passwd </call>".into(),
+        ),
+        (
+            "a parent directory",
+            "<call> read ../hidden_tests </call>".into(),
+        ),
         ("test with an argument", "<call> test hidden </call>".into()),
-        ("submit with an argument", "<call> submit now </call>".into()),
+        (
+            "submit with an argument",
+            "<call> submit now </call>".into(),
+        ),
         ("a tool in another script", "<call> éditer </call>".into()),
         ("an emoji tool", "<call> 🦀 </call>".into()),
         ("a combining mark", "<call> subm\u{301}it </call>".into()),
         ("a byte-order mark", "\u{feff}<call> submit </call>".into()),
-        ("Rhai code for an argument", "<call> edit fn f(x){ loop {} } </call>".into()),
+        (
+            "Rhai code for an argument",
+            "<call> edit fn f(x){ loop {} } </call>".into(),
+        ),
         ("JSON for a call", "{\"tool\": \"submit\"}".into()),
     ]
 }
@@ -192,33 +257,136 @@ pub fn hostile_actions() -> Vec<(&'static str, String)> {
 /// Sources the fuzzer found that broke a property, kept as tests; each says
 /// what broke and what fixed it.
 pub const FOUND_SOURCES: &[(&str, &str)] = &[
-    ("a DEL character: the load error quoted it raw (load errors are now cut and escaped)", "fn f(x){\n    x\u{7f}\n}\n"),
-    ("a left-to-right isolate: the load error quoted it raw", "fn f(x){\n    \u{2066}x\n}\n"),
-    ("a right-to-left override: the load error quoted it raw", "fn f(x){\n\u{202e}    x\n}\n"),
+    (
+        "a DEL character: the load error quoted it raw (load errors are now cut and escaped)",
+        "fn f(x){\n    x\u{7f}\n}\n",
+    ),
+    (
+        "a left-to-right isolate: the load error quoted it raw",
+        "fn f(x){\n    \u{2066}x\n}\n",
+    ),
+    (
+        "a right-to-left override: the load error quoted it raw",
+        "fn f(x){\n\u{202e}    x\n}\n",
+    ),
 ];
 
-const INTS: &[&str] = &["0", "1", "-1", "2", "7", "63", "64", "-64", "255", "1000", "100000", "9223372036854775807", "(-9223372036854775807 - 1)", "4294967296"];
-const FLOATS: &[&str] = &["0.0", "-0.0", "1.5", "1e308", "-1e308", "1e-308", "(0.0 / 0.0)"];
-const STRINGS: &[&str] = &["\"\"", "\"abc\"", "\"\\u202E\"", "\"\\x00\"", "\"é🦀\"", "\"x\\ny\"", "\"<call> submit </call>\""];
+const INTS: &[&str] = &[
+    "0",
+    "1",
+    "-1",
+    "2",
+    "7",
+    "63",
+    "64",
+    "-64",
+    "255",
+    "1000",
+    "100000",
+    "9223372036854775807",
+    "(-9223372036854775807 - 1)",
+    "4294967296",
+];
+const FLOATS: &[&str] = &[
+    "0.0",
+    "-0.0",
+    "1.5",
+    "1e308",
+    "-1e308",
+    "1e-308",
+    "(0.0 / 0.0)",
+];
+const STRINGS: &[&str] = &[
+    "\"\"",
+    "\"abc\"",
+    "\"\\u202E\"",
+    "\"\\x00\"",
+    "\"é🦀\"",
+    "\"x\\ny\"",
+    "\"<call> submit </call>\"",
+];
 const VARS: &[&str] = &["x", "a", "s", "v", "m"];
 
 /// Methods of Rhai's standard library, with the number of arguments each takes.
 const METHODS: &[(&str, usize)] = &[
-    ("len", 0), ("sub_string", 2), ("sub_string", 1), ("pad", 2), ("truncate", 1), ("extract", 2), ("extract", 1), ("get_bits", 2),
-    ("insert", 2), ("remove", 1), ("split", 1), ("split", 0), ("crop", 2), ("chop", 1), ("drain", 2), ("splice", 3), ("replace", 2),
-    ("to_upper", 0), ("to_chars", 0), ("reverse", 0), ("sort", 0), ("contains", 1), ("index_of", 1), ("to_string", 0), ("abs", 0),
-    ("get", 1), ("set", 2), ("push", 1), ("pop", 0), ("shift", 0), ("append", 1), ("dedup", 0), ("clear", 0), ("keys", 0),
-    ("values", 0), ("is_empty", 0), ("trim", 0), ("bytes", 0), ("to_json", 0), ("floor", 0), ("sqrt", 0), ("to_int", 0),
-    ("to_float", 0), ("min", 1), ("max", 1), ("sign", 0), ("fill_with", 1), ("mixin", 1), ("split_rev", 2), ("zip", 2),
+    ("len", 0),
+    ("sub_string", 2),
+    ("sub_string", 1),
+    ("pad", 2),
+    ("truncate", 1),
+    ("extract", 2),
+    ("extract", 1),
+    ("get_bits", 2),
+    ("insert", 2),
+    ("remove", 1),
+    ("split", 1),
+    ("split", 0),
+    ("crop", 2),
+    ("chop", 1),
+    ("drain", 2),
+    ("splice", 3),
+    ("replace", 2),
+    ("to_upper", 0),
+    ("to_chars", 0),
+    ("reverse", 0),
+    ("sort", 0),
+    ("contains", 1),
+    ("index_of", 1),
+    ("to_string", 0),
+    ("abs", 0),
+    ("get", 1),
+    ("set", 2),
+    ("push", 1),
+    ("pop", 0),
+    ("shift", 0),
+    ("append", 1),
+    ("dedup", 0),
+    ("clear", 0),
+    ("keys", 0),
+    ("values", 0),
+    ("is_empty", 0),
+    ("trim", 0),
+    ("bytes", 0),
+    ("to_json", 0),
+    ("floor", 0),
+    ("sqrt", 0),
+    ("to_int", 0),
+    ("to_float", 0),
+    ("min", 1),
+    ("max", 1),
+    ("sign", 0),
+    ("fill_with", 1),
+    ("mixin", 1),
+    ("split_rev", 2),
+    ("zip", 2),
 ];
 
 /// Functions called with a list of arguments.
 const FUNCTIONS: &[(&str, usize)] = &[
-    ("f", 1), ("g", 2), ("range", 2), ("range", 3), ("parse_int", 1), ("parse_int", 2), ("parse_float", 1), ("to_string", 1), ("min", 2),
-    ("max", 2), ("print", 1), ("debug", 1), ("eval", 1), ("type_of", 1), ("sleep", 1), ("timestamp", 0), ("is_def_var", 1), ("is_def_fn", 2),
+    ("f", 1),
+    ("g", 2),
+    ("range", 2),
+    ("range", 3),
+    ("parse_int", 1),
+    ("parse_int", 2),
+    ("parse_float", 1),
+    ("to_string", 1),
+    ("min", 2),
+    ("max", 2),
+    ("print", 1),
+    ("debug", 1),
+    ("eval", 1),
+    ("type_of", 1),
+    ("sleep", 1),
+    ("timestamp", 0),
+    ("is_def_var", 1),
+    ("is_def_fn", 2),
 ];
 
-const BINARY: &[&str] = &["+", "-", "*", "/", "%", "**", "<<", ">>", "&", "|", "^", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "??", "in"];
+const BINARY: &[&str] = &[
+    "+", "-", "*", "/", "%", "**", "<<", ">>", "&", "|", "^", "==", "!=", "<", "<=", ">", ">=",
+    "&&", "||", "??", "in",
+];
 
 /// A Rhai expression of at most `depth` levels.
 fn expr(rng: &mut StdRng, depth: usize) -> String {
@@ -227,7 +395,10 @@ fn expr(rng: &mut StdRng, depth: usize) -> String {
             0..=3 => INTS.choose(rng).expect("an int").to_string(),
             4 => FLOATS.choose(rng).expect("a float").to_string(),
             5 | 6 => STRINGS.choose(rng).expect("a string").to_string(),
-            7 => ["true", "false", "()", "'c'", "[]", "#{}"].choose(rng).expect("a literal").to_string(),
+            7 => ["true", "false", "()", "'c'", "[]", "#{}"]
+                .choose(rng)
+                .expect("a literal")
+                .to_string(),
             _ => VARS.choose(rng).expect("a variable").to_string(),
         };
     }
@@ -246,23 +417,65 @@ fn expr(rng: &mut StdRng, depth: usize) -> String {
         }
         9 | 10 => {
             let (name, args) = *FUNCTIONS.choose(rng).expect("a function");
-            let args: Vec<String> = (0..args).map(|_| if name == "eval" { format!("{:?}", source_body(rng, d)) } else { expr(rng, d) }).collect();
+            let args: Vec<String> = (0..args)
+                .map(|_| {
+                    if name == "eval" {
+                        format!("{:?}", source_body(rng, d))
+                    } else {
+                        expr(rng, d)
+                    }
+                })
+                .collect();
             format!("{name}({})", args.join(", "))
         }
-        11 => format!("[{}]", (0..rng.random_range(0..4)).map(|_| expr(rng, d)).collect::<Vec<_>>().join(", ")),
+        11 => format!(
+            "[{}]",
+            (0..rng.random_range(0..4))
+                .map(|_| expr(rng, d))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         12 => format!("#{{a: {}, b: {}}}", expr(rng, d), expr(rng, d)),
         13 => format!("{}[{}]", expr(rng, d), expr(rng, d)),
-        14 => format!("{}.{}(|p| {})", expr(rng, d), ["map", "filter", "reduce", "all", "some", "sort", "retain", "for_each"].choose(rng).expect("a method"), expr(rng, d)),
-        _ => format!("if {} {{ {} }} else {{ {} }}", cond(rng, d), expr(rng, d), expr(rng, d)),
+        14 => format!(
+            "{}.{}(|p| {})",
+            expr(rng, d),
+            ["map", "filter", "reduce", "all", "some", "sort", "retain", "for_each"]
+                .choose(rng)
+                .expect("a method"),
+            expr(rng, d)
+        ),
+        _ => format!(
+            "if {} {{ {} }} else {{ {} }}",
+            cond(rng, d),
+            expr(rng, d),
+            expr(rng, d)
+        ),
     }
 }
 
 /// A condition: a comparison, a test of a value or a boolean literal.
 fn cond(rng: &mut StdRng, depth: usize) -> String {
     match rng.random_range(0..6) {
-        0..=2 => format!("({} {} {})", expr(rng, depth), ["<", "<=", "==", "!=", ">", ">="].choose(rng).expect("a comparison"), expr(rng, depth)),
-        3 => format!("{}.{}", VARS.choose(rng).expect("a variable"), ["is_empty()", "contains(0)", "len() > 3"].choose(rng).expect("a test")),
-        4 => ["true", "false", "x == x"].choose(rng).expect("a literal").to_string(),
+        0..=2 => format!(
+            "({} {} {})",
+            expr(rng, depth),
+            ["<", "<=", "==", "!=", ">", ">="]
+                .choose(rng)
+                .expect("a comparison"),
+            expr(rng, depth)
+        ),
+        3 => format!(
+            "{}.{}",
+            VARS.choose(rng).expect("a variable"),
+            ["is_empty()", "contains(0)", "len() > 3"]
+                .choose(rng)
+                .expect("a test")
+        ),
+        4 => ["true", "false", "x == x"]
+            .choose(rng)
+            .expect("a literal")
+            .to_string(),
         _ => format!("!{}", cond(rng, depth.saturating_sub(1))),
     }
 }
@@ -275,28 +488,69 @@ fn statement(rng: &mut StdRng, depth: usize) -> String {
         0..=2 => format!("{var} = {};", expr(rng, depth)),
         3 => format!("{var} += {};", expr(rng, depth)),
         4 => format!("let {var} = {};", expr(rng, depth)),
-        5 if depth > 0 => format!("if {} {{ {} }} else {{ {} }}", cond(rng, d), statement(rng, d), statement(rng, d)),
+        5 if depth > 0 => format!(
+            "if {} {{ {} }} else {{ {} }}",
+            cond(rng, d),
+            statement(rng, d),
+            statement(rng, d)
+        ),
         6 if depth > 0 => format!("while {} {{ {} }}", cond(rng, d), statement(rng, d)),
-        7 if depth > 0 => format!("loop {{ {} if {} {{ break; }} }}", statement(rng, d), cond(rng, d)),
-        8 if depth > 0 => format!("for i in {} {{ {} }}", ["range(0, x)".to_string(), format!("range({}, {})", expr(rng, 0), expr(rng, 0)), VARS.choose(rng).expect("a variable").to_string(), format!("[{}, {}]", expr(rng, d), expr(rng, d))].choose(rng).expect("an iterable"), statement(rng, d)),
+        7 if depth > 0 => format!(
+            "loop {{ {} if {} {{ break; }} }}",
+            statement(rng, d),
+            cond(rng, d)
+        ),
+        8 if depth > 0 => format!(
+            "for i in {} {{ {} }}",
+            [
+                "range(0, x)".to_string(),
+                format!("range({}, {})", expr(rng, 0), expr(rng, 0)),
+                VARS.choose(rng).expect("a variable").to_string(),
+                format!("[{}, {}]", expr(rng, d), expr(rng, d))
+            ]
+            .choose(rng)
+            .expect("an iterable"),
+            statement(rng, d)
+        ),
         9 => format!("return {};", expr(rng, depth)),
         10 => format!("throw {};", expr(rng, depth)),
-        11 if depth > 0 => format!("try {{ {} }} catch (err) {{ {} }}", statement(rng, d), statement(rng, d)),
-        12 => format!("switch {} {{ 1 => {}, \"a\" => {}, _ => {} }};", expr(rng, d), expr(rng, d), expr(rng, d), expr(rng, d)),
-        13 => format!("{var}.{}({});", ["push", "append", "pad", "insert", "remove"].choose(rng).expect("a method"), expr(rng, depth)),
+        11 if depth > 0 => format!(
+            "try {{ {} }} catch (err) {{ {} }}",
+            statement(rng, d),
+            statement(rng, d)
+        ),
+        12 => format!(
+            "switch {} {{ 1 => {}, \"a\" => {}, _ => {} }};",
+            expr(rng, d),
+            expr(rng, d),
+            expr(rng, d),
+            expr(rng, d)
+        ),
+        13 => format!(
+            "{var}.{}({});",
+            ["push", "append", "pad", "insert", "remove"]
+                .choose(rng)
+                .expect("a method"),
+            expr(rng, depth)
+        ),
         14 => format!("print({});", expr(rng, depth)),
         _ => format!("{};", expr(rng, depth)),
     }
 }
 
 fn source_body(rng: &mut StdRng, depth: usize) -> String {
-    (0..rng.random_range(1..4)).map(|_| statement(rng, depth)).collect::<Vec<_>>().join(" ")
+    (0..rng.random_range(1..4))
+        .map(|_| statement(rng, depth))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A function body: the variables every statement may use, some statements, a result.
 fn function(rng: &mut StdRng, name: &str, params: &str) -> String {
     let depth = rng.random_range(0..4);
-    let body: Vec<String> = (0..rng.random_range(1..6)).map(|_| statement(rng, depth)).collect();
+    let body: Vec<String> = (0..rng.random_range(1..6))
+        .map(|_| statement(rng, depth))
+        .collect();
     format!("fn {name}({params}) {{\n    let a = 0; let s = \"\"; let v = []; let m = #{{}};\n    {}\n    {}\n}}\n", body.join("\n    "), expr(rng, depth))
 }
 
@@ -304,7 +558,9 @@ fn function(rng: &mut StdRng, name: &str, params: &str) -> String {
 /// A program that runs into a limit: a loop, recursion, doubling a string,
 /// growing an array, printing, nesting, with random sizes.
 fn hungry(rng: &mut StdRng) -> String {
-    let n = *[1u64, 10, 1_000, 100_000, 10_000_000].choose(rng).expect("a size");
+    let n = *[1u64, 10, 1_000, 100_000, 10_000_000]
+        .choose(rng)
+        .expect("a size");
     let body = match rng.random_range(0..8) {
         0 => format!("let i = 0; while i < {n} {{ i += 1; }} i"),
         1 => format!("if x > {n} {{ 0 }} else {{ f(x + 1) + 1 }}"),
@@ -323,13 +579,37 @@ fn hungry(rng: &mut StdRng) -> String {
 /// gym's sources (with its own tests), a hostile one, or any of these mutated.
 pub fn program(rng: &mut StdRng, pool: &[Task]) -> (String, Vec<Test>) {
     let task = pool.choose(rng).expect("a task");
-    let own_tests = || task.public_tests.iter().chain(&task.hidden_tests).take(4).cloned().collect::<Vec<_>>();
+    let own_tests = || {
+        task.public_tests
+            .iter()
+            .chain(&task.hidden_tests)
+            .take(4)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
     match rng.random_range(0..10) {
-        0..=3 => (format!("{}{}", function(rng, "f", "x"), function(rng, "g", "x, y")), tests(rng, pool)),
-        4 => (if rng.random_bool(0.5) { task.source.clone() } else { task.fixed.clone() }, own_tests()),
+        0..=3 => (
+            format!("{}{}", function(rng, "f", "x"), function(rng, "g", "x, y")),
+            tests(rng, pool),
+        ),
+        4 => (
+            if rng.random_bool(0.5) {
+                task.source.clone()
+            } else {
+                task.fixed.clone()
+            },
+            own_tests(),
+        ),
         5 => (mutate(rng, &task.source, 1..3), own_tests()),
         6 => (hungry(rng), tests(rng, pool)),
-        7 => (HOSTILE_SOURCES.choose(rng).expect("a hostile source").1.to_string(), tests(rng, pool)),
+        7 => (
+            HOSTILE_SOURCES
+                .choose(rng)
+                .expect("a hostile source")
+                .1
+                .to_string(),
+            tests(rng, pool),
+        ),
         8 => {
             let text = HOSTILE_SOURCES.choose(rng).expect("a hostile source").1;
             (mutate(rng, text, 1..6), tests(rng, pool))
@@ -345,13 +625,26 @@ pub fn program(rng: &mut StdRng, pool: &[Task]) -> (String, Vec<Test>) {
 /// One to four tests: calls of `f` (or of a task's own tests) and expected
 /// values, with literals where the grammar put a variable (a test has none).
 pub fn tests(rng: &mut StdRng, pool: &[Task]) -> Vec<Test> {
-    static VARIABLE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| regex::Regex::new(r"\b[xasvm]\b").expect("a valid pattern"));
-    let literal = |test: Test| Test::new(VARIABLE.replace_all(&test.call, "3"), VARIABLE.replace_all(&test.expected, "3"));
+    static VARIABLE: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"\b[xasvm]\b").expect("a valid pattern"));
+    let literal = |test: Test| {
+        Test::new(
+            VARIABLE.replace_all(&test.call, "3"),
+            VARIABLE.replace_all(&test.expected, "3"),
+        )
+    };
     (0..rng.random_range(1..5))
         .map(|_| match rng.random_range(0..4) {
-            0 => pool.choose(rng).and_then(|t| t.hidden_tests.choose(rng)).cloned().unwrap_or_else(|| Test::new("f(1)", "1")),
+            0 => pool
+                .choose(rng)
+                .and_then(|t| t.hidden_tests.choose(rng))
+                .cloned()
+                .unwrap_or_else(|| Test::new("f(1)", "1")),
             1 => Test::new(format!("f({})", expr(rng, 1)), expr(rng, 0)),
-            2 => Test::new(format!("g({}, {})", expr(rng, 1), expr(rng, 1)), expr(rng, 1)),
+            2 => Test::new(
+                format!("g({}, {})", expr(rng, 1), expr(rng, 1)),
+                expr(rng, 1),
+            ),
             _ => {
                 let (call, expected) = (format!("f({})", expr(rng, 0)), expr(rng, 0));
                 Test::new(mutate(rng, &call, 1..2), mutate(rng, &expected, 1..2))
@@ -374,14 +667,19 @@ pub const MAX_ERROR_LINE_CHARS: usize = crate::runner::MAX_ERROR_CHARS + 40;
 /// `PASS `/`FAIL ` with its flag, results cut to the limit and free of raw
 /// control characters. `None` when all hold, else what broke.
 pub fn check_lines(lines: &[TestLine], tests: &[Test], max_result_chars: usize) -> Option<String> {
-    let whole = lines.len() == 1 && (lines[0].text.starts_with("FAIL load error: ") || lines[0].text.starts_with("FAIL runner error: "));
+    let whole = lines.len() == 1
+        && (lines[0].text.starts_with("FAIL load error: ")
+            || lines[0].text.starts_with("FAIL runner error: "));
     if whole {
         let chars = lines[0].text.chars().count();
         if chars > MAX_ERROR_LINE_CHARS {
             return Some(format!("an error line of {chars} characters"));
         }
         if lines[0].text.chars().any(unsafe_char) || lines[0].passed {
-            return Some(format!("an error line with a raw control character or a pass flag: {:?}", lines[0].text));
+            return Some(format!(
+                "an error line with a raw control character or a pass flag: {:?}",
+                lines[0].text
+            ));
         }
         return None;
     }
@@ -390,8 +688,16 @@ pub fn check_lines(lines: &[TestLine], tests: &[Test], max_result_chars: usize) 
     }
     for (line, test) in lines.iter().zip(tests) {
         let verdict = if line.passed { "PASS " } else { "FAIL " };
-        let Some(rest) = line.text.strip_prefix(verdict).and_then(|rest| rest.strip_prefix(test.call.as_str())).and_then(|rest| rest.strip_prefix(" -> ")) else {
-            return Some(format!("a line that is not `{verdict}{} -> ...`: {:?}", test.call, line.text));
+        let Some(rest) = line
+            .text
+            .strip_prefix(verdict)
+            .and_then(|rest| rest.strip_prefix(test.call.as_str()))
+            .and_then(|rest| rest.strip_prefix(" -> "))
+        else {
+            return Some(format!(
+                "a line that is not `{verdict}{} -> ...`: {:?}",
+                test.call, line.text
+            ));
         };
         // A cut result keeps `max_result_chars` characters and adds `...`; an
         // escaped control character takes up to 10 (`\u{10ffff}`).
@@ -409,7 +715,11 @@ pub fn check_lines(lines: &[TestLine], tests: &[Test], max_result_chars: usize) 
 /// The test calls of a task that only its hidden tests make.
 fn hidden_only(task: &Task) -> Vec<String> {
     let public: HashSet<&str> = task.public_tests.iter().map(|t| t.call.as_str()).collect();
-    task.hidden_tests.iter().filter(|t| !public.contains(t.call.as_str())).map(|t| format!("{} -> ", t.call)).collect()
+    task.hidden_tests
+        .iter()
+        .filter(|t| !public.contains(t.call.as_str()))
+        .map(|t| format!("{} -> ", t.call))
+        .collect()
 }
 
 /// The longest observation a step may return, in bytes.
@@ -463,13 +773,24 @@ impl TargetReport {
     /// command checks these too; they depend on the machine's speed and load,
     /// so no test does).
     pub fn clean(&self, max_growth_mb: f64) -> bool {
-        self.panics == 0 && self.over_limit == 0 && self.findings.is_empty() && self.abandoned == 0 && self.rss_end_mb - self.rss_warm_mb <= max_growth_mb
+        self.panics == 0
+            && self.over_limit == 0
+            && self.findings.is_empty()
+            && self.abandoned == 0
+            && self.rss_end_mb - self.rss_warm_mb <= max_growth_mb
     }
 }
 
 /// Resident memory of this process in MB (0 where `/proc` is missing).
 pub fn resident_mb() -> f64 {
-    let pages = std::fs::read_to_string("/proc/self/statm").ok().and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<f64>().ok())).unwrap_or(0.0);
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0);
     // SAFETY: sysconf only reads a configuration value.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as f64;
     pages * page / (1 << 20) as f64
@@ -528,15 +849,33 @@ impl Pools {
         let split = family_split(&gym);
         let multi = multi_bug_tasks(&split.train, 2, 20, 19);
         let quix = crate::quixbugs::tasks(19);
-        let all: Vec<Task> = gym.train.iter().chain(&gym.held_out).chain(&split.train).chain(&multi).chain(&quix).cloned().collect();
-        let task_sets = vec![Arc::new(gym.train.iter().chain(&gym.held_out).cloned().collect()), Arc::new(split.train.clone()), Arc::new(multi), Arc::new(quix)];
-        Pools { task_sets, sources: all }
+        let all: Vec<Task> = gym
+            .train
+            .iter()
+            .chain(&gym.held_out)
+            .chain(&split.train)
+            .chain(&multi)
+            .chain(&quix)
+            .cloned()
+            .collect();
+        let task_sets = vec![
+            Arc::new(gym.train.iter().chain(&gym.held_out).cloned().collect()),
+            Arc::new(split.train.clone()),
+            Arc::new(multi),
+            Arc::new(quix),
+        ];
+        Pools {
+            task_sets,
+            sources: all,
+        }
     }
 }
 
 /// The child-process runner's executable: `sandbox-child` beside the running program.
 pub fn child_exe() -> PathBuf {
-    std::env::current_exe().map(|exe| exe.with_file_name("sandbox-child")).unwrap_or_else(|_| PathBuf::from("sandbox-child"))
+    std::env::current_exe()
+        .map(|exe| exe.with_file_name("sandbox-child"))
+        .unwrap_or_else(|_| PathBuf::from("sandbox-child"))
 }
 
 /// Settings of one fuzzing session.
@@ -553,7 +892,11 @@ pub type Outcome = Result<String, String>;
 
 /// Classify a runner's lines (for the outcome counts).
 fn runner_outcome(lines: &[TestLine]) -> String {
-    let text = lines.iter().map(|l| l.text.as_str()).collect::<Vec<_>>().join("\n");
+    let text = lines
+        .iter()
+        .map(|l| l.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
     let kind = if text.contains("FAIL load error") {
         "load error"
     } else if text.contains("FAIL runner error") {
@@ -575,20 +918,42 @@ fn runner_outcome(lines: &[TestLine]) -> String {
 }
 
 /// One input of `target` from `rng`, run and checked: (the input, its outcome).
-fn one_input(target: Target, rng: &mut StdRng, pools: &Pools, child: &ProcessRunner) -> (String, Outcome) {
+fn one_input(
+    target: Target,
+    rng: &mut StdRng,
+    pools: &Pools,
+    child: &ProcessRunner,
+) -> (String, Outcome) {
     match target {
         Target::CallParser => {
             let message = action(rng, &["swap_minmax", "op_1", "x"]);
             let outcome = match parse_call(&message) {
                 None => Ok("no call".to_string()),
                 Some(call) => {
-                    let word = |w: &str| !w.is_empty() && !w.chars().any(|c| c.is_whitespace() || c.is_control() || "<>/".contains(c));
+                    let word = |w: &str| {
+                        !w.is_empty()
+                            && !w
+                                .chars()
+                                .any(|c| c.is_whitespace() || c.is_control() || "<>/".contains(c))
+                    };
                     if !word(&call.tool) || call.arg.as_deref().is_some_and(|a| !word(a)) {
-                        Err(format!("parsed into a tool or argument that is not a word: {call:?}"))
-                    } else if parse_call(&format!("<call> {} {} </call>", call.tool, call.arg.clone().unwrap_or_default())) != Some(call.clone()) {
+                        Err(format!(
+                            "parsed into a tool or argument that is not a word: {call:?}"
+                        ))
+                    } else if parse_call(&format!(
+                        "<call> {} {} </call>",
+                        call.tool,
+                        call.arg.clone().unwrap_or_default()
+                    )) != Some(call.clone())
+                    {
                         Err(format!("a call that does not parse back: {call:?}"))
                     } else {
-                        Ok(if call.arg.is_some() { "call with argument" } else { "call" }.to_string())
+                        Ok(if call.arg.is_some() {
+                            "call with argument"
+                        } else {
+                            "call"
+                        }
+                        .to_string())
                     }
                 }
             };
@@ -597,15 +962,29 @@ fn one_input(target: Target, rng: &mut StdRng, pools: &Pools, child: &ProcessRun
         Target::EnvStep => unreachable!("episodes are fuzzed by `episode_inputs`"),
         Target::Guarded | Target::ProcessRunner => {
             let (source, tests) = program(rng, &pools.sources);
-            let input = format!("{source}\n// tests: {:?}", tests.iter().map(|t| (&t.call, &t.expected)).collect::<Vec<_>>());
+            let input = format!(
+                "{source}\n// tests: {:?}",
+                tests
+                    .iter()
+                    .map(|t| (&t.call, &t.expected))
+                    .collect::<Vec<_>>()
+            );
             let (lines, max_result) = if target == Target::Guarded {
-                (Guarded::shared().run(&source, &tests), Guarded::shared().limits().max_result_chars)
+                (
+                    Guarded::shared().run(&source, &tests),
+                    Guarded::shared().limits().max_result_chars,
+                )
             } else {
                 (child.run(&source, &tests), child.limits.max_result_chars)
             };
             let outcome = match check_lines(&lines, &tests, max_result) {
                 Some(problem) => Err(problem),
-                None if lines.iter().any(|l| l.text.contains("the sandbox panicked")) => Err("the runner's sandbox panicked".to_string()),
+                None if lines
+                    .iter()
+                    .any(|l| l.text.contains("the sandbox panicked")) =>
+                {
+                    Err("the runner's sandbox panicked".to_string())
+                }
                 None => Ok(runner_outcome(&lines)),
             };
             (input, outcome)
@@ -638,7 +1017,11 @@ fn step_outcome(observation: &str, done: bool) -> String {
     } else {
         "source"
     };
-    if done && kind != "submitted" && kind != "after the end" { format!("{kind}, truncated") } else { kind.to_string() }
+    if done && kind != "submitted" && kind != "after the end" {
+        format!("{kind}, truncated")
+    } else {
+        kind.to_string()
+    }
 }
 
 // ANCHOR: step_properties
@@ -648,14 +1031,24 @@ fn step_outcome(observation: &str, done: bool) -> String {
 /// `None` when all hold, else what broke.
 pub fn check_step(step: &Step, task: &Task, turn: usize, max_turns: usize) -> Option<String> {
     if step.observation.len() > MAX_OBSERVATION_BYTES {
-        Some(format!("an observation of {} bytes", step.observation.len()))
-    } else if let Some(call) = hidden_only(task).iter().find(|call| step.observation.contains(call.as_str())) {
+        Some(format!(
+            "an observation of {} bytes",
+            step.observation.len()
+        ))
+    } else if let Some(call) = hidden_only(task)
+        .iter()
+        .find(|call| step.observation.contains(call.as_str()))
+    {
         Some(format!("the hidden test `{call}` shows in an observation"))
     } else if step.reward != 0.0 && step.reward != 1.0 {
         Some(format!("a reward of {}", step.reward))
-    } else if step.reward == 1.0 && !(step.info.submitted && step.info.public_pass && step.info.hidden_pass) {
+    } else if step.reward == 1.0
+        && !(step.info.submitted && step.info.public_pass && step.info.hidden_pass)
+    {
         Some("a reward without a passing submission".to_string())
-    } else if step.done != (step.info.submitted || step.info.truncated) || (step.info.truncated != (!step.info.submitted && turn >= max_turns)) {
+    } else if step.done != (step.info.submitted || step.info.truncated)
+        || (step.info.truncated != (!step.info.submitted && turn >= max_turns))
+    {
         Some("an episode that ended other than at submit or at the turn budget".to_string())
     } else if turn > max_turns {
         Some("more turns than the budget".to_string())
@@ -666,7 +1059,12 @@ pub fn check_step(step: &Step, task: &Task, turn: usize, max_turns: usize) -> Op
 // ANCHOR_END: step_properties
 
 /// One step of an episode in `env` (reset when the last one ended), checked.
-fn env_input(rng: &mut StdRng, pools: &Pools, envs: &mut [BugFixEnv], state: &mut Option<(usize, usize)>) -> (String, Outcome) {
+fn env_input(
+    rng: &mut StdRng,
+    pools: &Pools,
+    envs: &mut [BugFixEnv],
+    state: &mut Option<(usize, usize)>,
+) -> (String, Outcome) {
     let (set, task) = match *state {
         Some(current) => current,
         None => {
@@ -693,8 +1091,14 @@ fn env_input(rng: &mut StdRng, pools: &Pools, envs: &mut [BugFixEnv], state: &mu
         // A step after the end must say so and change nothing.
         let after = envs[set].step("<call> submit </call>");
         *state = None;
-        if !after.done || after.reward != 0.0 || !after.observation.starts_with("ERROR: the episode is over") {
-            return (input, Err("a step after the end of an episode was not refused".to_string()));
+        if !after.done
+            || after.reward != 0.0
+            || !after.observation.starts_with("ERROR: the episode is over")
+        {
+            return (
+                input,
+                Err("a step after the end of an episode was not refused".to_string()),
+            );
         }
     }
     (input, outcome)
@@ -703,11 +1107,23 @@ fn env_input(rng: &mut StdRng, pools: &Pools, envs: &mut [BugFixEnv], state: &mu
 /// The wall-clock bound of one input of `target`: the runner's own hard limit, plus a second.
 pub fn wall_limit(target: Target, child: &ProcessRunner, pools: &Pools) -> Duration {
     let slack = Duration::from_secs(1);
-    let most = |tests: fn(&Task) -> usize| pools.task_sets.iter().flat_map(|set| set.iter()).map(tests).max().unwrap_or(0);
+    let most = |tests: fn(&Task) -> usize| {
+        pools
+            .task_sets
+            .iter()
+            .flat_map(|set| set.iter())
+            .map(tests)
+            .max()
+            .unwrap_or(0)
+    };
     match target {
         Target::CallParser => slack,
         // A step runs at most the task's public suite and its hidden suite.
-        Target::EnvStep => Guarded::shared().hard_deadline(most(|t| t.public_tests.len())) + Guarded::shared().hard_deadline(most(|t| t.hidden_tests.len())) + slack,
+        Target::EnvStep => {
+            Guarded::shared().hard_deadline(most(|t| t.public_tests.len()))
+                + Guarded::shared().hard_deadline(most(|t| t.hidden_tests.len()))
+                + slack
+        }
         Target::Guarded => Guarded::shared().hard_deadline(4) + slack,
         Target::ProcessRunner => child.wall_clock + slack,
     }
@@ -716,73 +1132,124 @@ pub fn wall_limit(target: Target, child: &ProcessRunner, pools: &Pools) -> Durat
 // ANCHOR: fuzz
 /// Fuzz `target` with `inputs` inputs on `config.threads` threads, counting
 /// every input on `progress`.
-pub fn fuzz(target: Target, inputs: u64, config: &FuzzConfig, pools: &Pools, progress: &(dyn Fn(u64) + Sync)) -> TargetReport {
+pub fn fuzz(
+    target: Target,
+    inputs: u64,
+    config: &FuzzConfig,
+    pools: &Pools,
+    progress: &(dyn Fn(u64) + Sync),
+) -> TargetReport {
     let child = ProcessRunner::new(&config.child);
     let limit = wall_limit(target, &child, pools);
     let start = Instant::now();
     let abandoned_before = abandoned_suites();
     let done = AtomicU64::new(0);
     let warm = Mutex::new(None::<f64>);
-    let (mut outcomes, mut findings, mut over_limit, mut slowest_ms, mut panics) = (BTreeMap::<String, u64>::new(), Vec::<Finding>::new(), 0u64, 0.0f64, 0u64);
+    let (mut outcomes, mut findings, mut over_limit, mut slowest_ms, mut panics) = (
+        BTreeMap::<String, u64>::new(),
+        Vec::<Finding>::new(),
+        0u64,
+        0.0f64,
+        0u64,
+    );
     std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..config.threads as u64).map(|thread| {
-            let share = inputs / config.threads as u64 + u64::from(thread < inputs % config.threads as u64);
-            let (done, warm, child) = (&done, &warm, &child);
-            scope.spawn(move || counting_panics(|| {
-                let mut rng = StdRng::seed_from_u64(config.seed ^ ((target as u64) << 32) ^ (thread << 48));
-                let mut envs: Vec<BugFixEnv> = pools.task_sets.iter().map(|set| BugFixEnv::new(set.clone(), 8)).collect();
-                let mut episode = None;
-                let (mut outcomes, mut findings, mut over, mut slowest) = (BTreeMap::new(), Vec::new(), 0u64, 0.0f64);
-                for i in 0..share {
-                    let began = Instant::now();
-                    let result = catch_unwind(AssertUnwindSafe(|| match target {
-                        Target::EnvStep => env_input(&mut rng, pools, &mut envs, &mut episode),
-                        _ => one_input(target, &mut rng, pools, child),
-                    }));
-                    let took = began.elapsed();
-                    slowest = slowest.max(took.as_secs_f64() * 1e3);
-                    let (input, outcome) = match result {
-                        Ok(pair) => pair,
-                        Err(_) => {
-                            // The environment may be mid-episode in an unknown state: start afresh.
-                            envs = pools.task_sets.iter().map(|set| BugFixEnv::new(set.clone(), 8)).collect();
-                            episode = None;
-                            (String::from("(lost in a panic)"), Err("a panic escaped".to_string()))
-                        }
-                    };
-                    if took > limit {
-                        over += 1;
-                        findings.push(Finding { target, problem: format!("took {:.0} ms, over the bound of {} ms", took.as_secs_f64() * 1e3, limit.as_millis()), input: cut(&input) });
-                    }
-                    match outcome {
-                        Ok(kind) => *outcomes.entry(kind).or_insert(0) += 1,
-                        Err(problem) => {
-                            *outcomes.entry("property broken".to_string()).or_insert(0) += 1;
-                            if findings.len() < 50 {
-                                findings.push(Finding { target, problem, input: cut(&input) });
+        let workers: Vec<_> = (0..config.threads as u64)
+            .map(|thread| {
+                let share = inputs / config.threads as u64
+                    + u64::from(thread < inputs % config.threads as u64);
+                let (done, warm, child) = (&done, &warm, &child);
+                scope.spawn(move || {
+                    counting_panics(|| {
+                        let mut rng = StdRng::seed_from_u64(
+                            config.seed ^ ((target as u64) << 32) ^ (thread << 48),
+                        );
+                        let mut envs: Vec<BugFixEnv> = pools
+                            .task_sets
+                            .iter()
+                            .map(|set| BugFixEnv::new(set.clone(), 8))
+                            .collect();
+                        let mut episode = None;
+                        let (mut outcomes, mut findings, mut over, mut slowest) =
+                            (BTreeMap::new(), Vec::new(), 0u64, 0.0f64);
+                        for i in 0..share {
+                            let began = Instant::now();
+                            let result = catch_unwind(AssertUnwindSafe(|| match target {
+                                Target::EnvStep => {
+                                    env_input(&mut rng, pools, &mut envs, &mut episode)
+                                }
+                                _ => one_input(target, &mut rng, pools, child),
+                            }));
+                            let took = began.elapsed();
+                            slowest = slowest.max(took.as_secs_f64() * 1e3);
+                            let (input, outcome) = match result {
+                                Ok(pair) => pair,
+                                Err(_) => {
+                                    // The environment may be mid-episode in an unknown state: start afresh.
+                                    envs = pools
+                                        .task_sets
+                                        .iter()
+                                        .map(|set| BugFixEnv::new(set.clone(), 8))
+                                        .collect();
+                                    episode = None;
+                                    (
+                                        String::from("(lost in a panic)"),
+                                        Err("a panic escaped".to_string()),
+                                    )
+                                }
+                            };
+                            if took > limit {
+                                over += 1;
+                                findings.push(Finding {
+                                    target,
+                                    problem: format!(
+                                        "took {:.0} ms, over the bound of {} ms",
+                                        took.as_secs_f64() * 1e3,
+                                        limit.as_millis()
+                                    ),
+                                    input: cut(&input),
+                                });
+                            }
+                            match outcome {
+                                Ok(kind) => *outcomes.entry(kind).or_insert(0) += 1,
+                                Err(problem) => {
+                                    *outcomes.entry("property broken".to_string()).or_insert(0) +=
+                                        1;
+                                    if findings.len() < 50 {
+                                        findings.push(Finding {
+                                            target,
+                                            problem,
+                                            input: cut(&input),
+                                        });
+                                    }
+                                }
+                            }
+                            let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                            if n == inputs / 10 + 1 {
+                                *warm.lock().expect("warm-up memory") = Some(resident_mb());
+                            }
+                            if i % 256 == 255 {
+                                progress(256);
                             }
                         }
-                    }
-                    let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if n == inputs / 10 + 1 {
-                        *warm.lock().expect("warm-up memory") = Some(resident_mb());
-                    }
-                    if i % 256 == 255 {
-                        progress(256);
-                    }
-                }
-                progress(share % 256);
-                (outcomes, findings, over, slowest)
-            }))
-        }).collect();
+                        progress(share % 256);
+                        (outcomes, findings, over, slowest)
+                    })
+                })
+            })
+            .collect();
         // Each thread's counts, and the panics its hook counted.
         for worker in workers {
-            let ((kinds, found, over, slowest), panicked) = worker.join().expect("a fuzzing thread finished");
+            let ((kinds, found, over, slowest), panicked) =
+                worker.join().expect("a fuzzing thread finished");
             for (kind, n) in kinds {
                 *outcomes.entry(kind).or_insert(0) += n;
             }
             findings.extend(found);
-            (over_limit, slowest_ms, panics) = (over_limit + over, slowest_ms.max(slowest), panics + panicked);
+            (over_limit, slowest_ms, panics) = (
+                over_limit + over,
+                slowest_ms.max(slowest),
+                panics + panicked,
+            );
         }
     });
     let rss_end_mb = resident_mb();
@@ -794,7 +1261,10 @@ pub fn fuzz(target: Target, inputs: u64, config: &FuzzConfig, pools: &Pools, pro
         over_limit,
         limit_ms: limit.as_secs_f64() * 1e3,
         slowest_ms,
-        rss_warm_mb: warm.into_inner().expect("warm-up memory").unwrap_or(rss_end_mb),
+        rss_warm_mb: warm
+            .into_inner()
+            .expect("warm-up memory")
+            .unwrap_or(rss_end_mb),
         rss_end_mb,
         abandoned: (abandoned_suites() - abandoned_before) as u64,
         findings,
@@ -804,9 +1274,19 @@ pub fn fuzz(target: Target, inputs: u64, config: &FuzzConfig, pools: &Pools, pro
 // ANCHOR_END: fuzz
 
 /// `n` inputs of `target` as the fuzzer draws them (seed `seed`), each with its outcome.
-pub fn examples(target: Target, n: usize, seed: u64, pools: &Pools, child: &ProcessRunner) -> Vec<(String, Outcome)> {
+pub fn examples(
+    target: Target,
+    n: usize,
+    seed: u64,
+    pools: &Pools,
+    child: &ProcessRunner,
+) -> Vec<(String, Outcome)> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut envs: Vec<BugFixEnv> = pools.task_sets.iter().map(|set| BugFixEnv::new(set.clone(), 8)).collect();
+    let mut envs: Vec<BugFixEnv> = pools
+        .task_sets
+        .iter()
+        .map(|set| BugFixEnv::new(set.clone(), 8))
+        .collect();
     let mut episode = None;
     (0..n)
         .map(|_| match target {
@@ -818,7 +1298,10 @@ pub fn examples(target: Target, n: usize, seed: u64, pools: &Pools, child: &Proc
 
 /// The panic messages seen while fuzzing so far (at most `n`).
 pub fn panic_messages(n: usize) -> Vec<String> {
-    PANICS.lock().map(|p| p.iter().take(n).cloned().collect()).unwrap_or_default()
+    PANICS
+        .lock()
+        .map(|p| p.iter().take(n).cloned().collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -827,7 +1310,11 @@ mod tests {
     use crate::gym::{Info, MAX_TURNS};
 
     fn config() -> FuzzConfig {
-        FuzzConfig { seed: 7, threads: 2, child: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/none") }
+        FuzzConfig {
+            seed: 7,
+            threads: 2,
+            child: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/none"),
+        }
     }
 
     #[test]
@@ -838,13 +1325,33 @@ mod tests {
         for (name, message) in hostile_actions() {
             env.reset(0);
             let step = env.step(&message);
-            assert!(step.observation.starts_with("ERROR: "), "{name}: {}", step.observation);
-            assert!(step.observation.len() <= 200, "{name}: an observation of {} bytes", step.observation.len());
-            assert!(!step.observation.chars().any(unsafe_char), "{name}: {:?}", step.observation);
-            assert!(hidden.iter().all(|call| !step.observation.contains(call.as_str())), "{name}");
+            assert!(
+                step.observation.starts_with("ERROR: "),
+                "{name}: {}",
+                step.observation
+            );
+            assert!(
+                step.observation.len() <= 200,
+                "{name}: an observation of {} bytes",
+                step.observation.len()
+            );
+            assert!(
+                !step.observation.chars().any(unsafe_char),
+                "{name}: {:?}",
+                step.observation
+            );
+            assert!(
+                hidden
+                    .iter()
+                    .all(|call| !step.observation.contains(call.as_str())),
+                "{name}"
+            );
             assert!(!step.done && step.reward == 0.0, "{name}");
             // The episode is still usable: a real call works afterwards.
-            assert!(env.step("<call> read </call>").observation.contains("fn "), "{name}");
+            assert!(
+                env.step("<call> read </call>").observation.contains("fn "),
+                "{name}"
+            );
         }
     }
 
@@ -853,34 +1360,124 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(3);
         let hungry: Vec<String> = (0..40).map(|_| hungry(&mut rng)).collect();
         let tests = vec![Test::new("f(1)", "1"), Test::new("f(\"a\")", "1")];
-        for source in FOUND_SOURCES.iter().map(|(_, s)| s.to_string()).chain(hungry) {
+        for source in FOUND_SOURCES
+            .iter()
+            .map(|(_, s)| s.to_string())
+            .chain(hungry)
+        {
             let lines = Guarded::shared().run(&source, &tests);
-            assert_eq!(check_lines(&lines, &tests, Guarded::shared().limits().max_result_chars), None, "{source}");
+            assert_eq!(
+                check_lines(&lines, &tests, Guarded::shared().limits().max_result_chars),
+                None,
+                "{source}"
+            );
         }
     }
 
     #[test]
     fn a_step_that_shows_a_hidden_test_or_pays_without_a_pass_is_reported() {
         let gym = Gym::standard();
-        let task = gym.train.iter().find(|t| !hidden_only(t).is_empty()).expect("a task with a hidden-only test");
-        let hidden = &task.hidden_tests.iter().find(|t| !task.public_tests.iter().any(|p| p.call == t.call)).expect("a hidden-only test").call;
-        let step = |observation: String, reward: f64, info: Info| Step { observation: observation.into(), reward, done: info.submitted || info.truncated, info };
-        assert_eq!(check_step(&step("PASS f(1) -> 1".into(), 0.0, Info::default()), task, 1, 8), None);
-        assert!(check_step(&step(format!("FAIL {hidden} -> 0"), 0.0, Info::default()), task, 1, 8).is_some(), "a hidden test shown");
-        assert!(check_step(&step("submitted".into(), 1.0, Info { submitted: true, public_pass: true, ..Info::default() }), task, 2, 8).is_some(), "paid for a hack");
-        assert!(check_step(&step("x".into(), 0.0, Info::default()), task, 8, 8).is_some(), "not truncated at the budget");
-        assert!(check_step(&step("x".repeat(MAX_OBSERVATION_BYTES + 1), 0.0, Info::default()), task, 1, 8).is_some(), "too long");
+        let task = gym
+            .train
+            .iter()
+            .find(|t| !hidden_only(t).is_empty())
+            .expect("a task with a hidden-only test");
+        let hidden = &task
+            .hidden_tests
+            .iter()
+            .find(|t| !task.public_tests.iter().any(|p| p.call == t.call))
+            .expect("a hidden-only test")
+            .call;
+        let step = |observation: String, reward: f64, info: Info| Step {
+            observation: observation.into(),
+            reward,
+            done: info.submitted || info.truncated,
+            info,
+        };
+        assert_eq!(
+            check_step(
+                &step("PASS f(1) -> 1".into(), 0.0, Info::default()),
+                task,
+                1,
+                8
+            ),
+            None
+        );
+        assert!(
+            check_step(
+                &step(format!("FAIL {hidden} -> 0"), 0.0, Info::default()),
+                task,
+                1,
+                8
+            )
+            .is_some(),
+            "a hidden test shown"
+        );
+        assert!(
+            check_step(
+                &step(
+                    "submitted".into(),
+                    1.0,
+                    Info {
+                        submitted: true,
+                        public_pass: true,
+                        ..Info::default()
+                    }
+                ),
+                task,
+                2,
+                8
+            )
+            .is_some(),
+            "paid for a hack"
+        );
+        assert!(
+            check_step(&step("x".into(), 0.0, Info::default()), task, 8, 8).is_some(),
+            "not truncated at the budget"
+        );
+        assert!(
+            check_step(
+                &step("x".repeat(MAX_OBSERVATION_BYTES + 1), 0.0, Info::default()),
+                task,
+                1,
+                8
+            )
+            .is_some(),
+            "too long"
+        );
     }
 
     #[test]
     fn a_broken_runner_line_is_reported() {
         let tests = vec![Test::new("f(1)", "1")];
-        let line = |text: &str, passed: bool| vec![TestLine { passed, text: text.to_string() }];
+        let line = |text: &str, passed: bool| {
+            vec![TestLine {
+                passed,
+                text: text.to_string(),
+            }]
+        };
         assert_eq!(check_lines(&line("PASS f(1) -> 1", true), &tests, 80), None);
-        assert_eq!(check_lines(&line("FAIL load error: Syntax error", false), &tests, 80), None);
-        assert!(check_lines(&line("PASS f(1) -> 1", false), &tests, 80).is_some(), "a flag that disagrees with the verdict");
-        assert!(check_lines(&line(&format!("FAIL f(1) -> {}", "9".repeat(1_000)), false), &tests, 80).is_some(), "an uncut result");
-        assert!(check_lines(&line("FAIL f(1) -> \u{202e}1", false), &tests, 80).is_some(), "a raw override");
+        assert_eq!(
+            check_lines(&line("FAIL load error: Syntax error", false), &tests, 80),
+            None
+        );
+        assert!(
+            check_lines(&line("PASS f(1) -> 1", false), &tests, 80).is_some(),
+            "a flag that disagrees with the verdict"
+        );
+        assert!(
+            check_lines(
+                &line(&format!("FAIL f(1) -> {}", "9".repeat(1_000)), false),
+                &tests,
+                80
+            )
+            .is_some(),
+            "an uncut result"
+        );
+        assert!(
+            check_lines(&line("FAIL f(1) -> \u{202e}1", false), &tests, 80).is_some(),
+            "a raw override"
+        );
         assert!(check_lines(&[], &tests, 80).is_some(), "no line at all");
     }
 
@@ -890,18 +1487,51 @@ mod tests {
         let quiet = |_: u64| {};
         let parser = fuzz(Target::CallParser, 4_000, &config(), &pools, &quiet);
         for kind in ["no call", "call", "call with argument"] {
-            assert!(parser.outcomes.get(kind).copied().unwrap_or(0) > 100, "{kind}: {:?}", parser.outcomes);
+            assert!(
+                parser.outcomes.get(kind).copied().unwrap_or(0) > 100,
+                "{kind}: {:?}",
+                parser.outcomes
+            );
         }
         let env = fuzz(Target::EnvStep, 6_000, &config(), &pools, &quiet);
-        for kind in ["parse error", "unknown op", "unknown tool", "edited", "nothing to change", "undone", "submitted", "test output", "source"] {
-            assert!(env.outcomes.get(kind).copied().unwrap_or(0) > 10, "{kind}: {:?}", env.outcomes);
+        for kind in [
+            "parse error",
+            "unknown op",
+            "unknown tool",
+            "edited",
+            "nothing to change",
+            "undone",
+            "submitted",
+            "test output",
+            "source",
+        ] {
+            assert!(
+                env.outcomes.get(kind).copied().unwrap_or(0) > 10,
+                "{kind}: {:?}",
+                env.outcomes
+            );
         }
         let runner = fuzz(Target::Guarded, 3_000, &config(), &pools, &quiet);
-        for kind in ["load error", "operations limit", "all pass", "runtime error", "wrong value"] {
-            assert!(runner.outcomes.get(kind).copied().unwrap_or(0) > 10, "{kind}: {:?}", runner.outcomes);
+        for kind in [
+            "load error",
+            "operations limit",
+            "all pass",
+            "runtime error",
+            "wrong value",
+        ] {
+            assert!(
+                runner.outcomes.get(kind).copied().unwrap_or(0) > 10,
+                "{kind}: {:?}",
+                runner.outcomes
+            );
         }
         for report in [&parser, &env, &runner] {
-            assert!(report.properties_hold(), "{:?}: {:#?}", report.target, report.findings.iter().take(3).collect::<Vec<_>>());
+            assert!(
+                report.properties_hold(),
+                "{:?}: {:#?}",
+                report.target,
+                report.findings.iter().take(3).collect::<Vec<_>>()
+            );
         }
     }
 
@@ -910,7 +1540,9 @@ mod tests {
         let (caught, panics) = counting_panics(|| catch_unwind(|| panic!("boom")).is_err());
         assert!(caught);
         assert_eq!(panics, 1);
-        assert!(panic_messages(usize::MAX).iter().any(|m| m.contains("boom")));
+        assert!(panic_messages(usize::MAX)
+            .iter()
+            .any(|m| m.contains("boom")));
         // Outside, panics are not counted.
         assert_eq!(counting_panics(|| 1 + 1), (2, 0));
     }

@@ -51,11 +51,21 @@ pub fn aggregate(per_token: &Tensor, mask: &Tensor, norm: LossNorm) -> Tensor {
 /// The GRPO-family policy loss: Chapter 8's clipped surrogate per token, with
 /// its own lower and upper range (ε_high > ε_low is clip-higher), averaged by
 /// `norm`. The advantages [B, T] hold one number per sequence on its action tokens.
-pub fn grpo_loss(logp: &Tensor, old_logp: &Tensor, advantages: &Tensor, mask: &Tensor, eps: (f64, f64), norm: LossNorm) -> (Tensor, Diagnostics) {
+pub fn grpo_loss(
+    logp: &Tensor,
+    old_logp: &Tensor,
+    advantages: &Tensor,
+    mask: &Tensor,
+    eps: (f64, f64),
+    norm: LossNorm,
+) -> (Tensor, Diagnostics) {
     // logp, old_logp, advantages, mask: [B, T]
     let per_token = clipped_surrogate(logp, old_logp, advantages, eps); // [B, T]
     let loss = -aggregate(&per_token, mask, norm);
-    (loss, diagnostics(logp, old_logp, mask, 1.0 - eps.0, 1.0 + eps.1))
+    (
+        loss,
+        diagnostics(logp, old_logp, mask, 1.0 - eps.0, 1.0 + eps.1),
+    )
 }
 // ANCHOR_END: loss
 
@@ -64,7 +74,12 @@ pub fn grpo_loss(logp: &Tensor, old_logp: &Tensor, advantages: &Tensor, mask: &T
 /// equal. A group that all failed or all succeeded has zero advantage for
 /// every baseline, so it carries no signal, only weight in the averages.
 pub fn informative_groups(rewards: &[f64], g: usize) -> Vec<usize> {
-    rewards.chunks(g).enumerate().filter(|(_, group)| group.iter().any(|r| *r != group[0])).map(|(i, _)| i).collect()
+    rewards
+        .chunks(g)
+        .enumerate()
+        .filter(|(_, group)| group.iter().any(|r| *r != group[0]))
+        .map(|(i, _)| i)
+        .collect()
 }
 // ANCHOR_END: groups
 
@@ -134,17 +149,32 @@ impl TrainConfig {
 
     /// Dr. GRPO: no std division, a constant in place of the length.
     pub fn dr_grpo() -> TrainConfig {
-        TrainConfig { name: "Dr. GRPO".into(), baseline: GroupBaseline::Mean, norm: LossNorm::Constant(MAX_ACTION_TOKENS), ..TrainConfig::grpo() }
+        TrainConfig {
+            name: "Dr. GRPO".into(),
+            baseline: GroupBaseline::Mean,
+            norm: LossNorm::Constant(MAX_ACTION_TOKENS),
+            ..TrainConfig::grpo()
+        }
     }
 
     /// DAPO: clip-higher, token-level mean, groups without variance filtered out.
     pub fn dapo() -> TrainConfig {
-        TrainConfig { name: "DAPO".into(), norm: LossNorm::TokenMean, clip_high: 0.28, filter_zero_variance: true, ..TrainConfig::grpo() }
+        TrainConfig {
+            name: "DAPO".into(),
+            norm: LossNorm::TokenMean,
+            clip_high: 0.28,
+            filter_zero_variance: true,
+            ..TrainConfig::grpo()
+        }
     }
 
     /// RLOO: the leave-one-out baseline, otherwise GRPO.
     pub fn rloo() -> TrainConfig {
-        TrainConfig { name: "RLOO".into(), baseline: GroupBaseline::LeaveOneOut, ..TrainConfig::grpo() }
+        TrainConfig {
+            name: "RLOO".into(),
+            baseline: GroupBaseline::LeaveOneOut,
+            ..TrainConfig::grpo()
+        }
     }
 
     /// DeepSWE's GRPO++: clip-higher, no std, constant normalisation,
@@ -181,12 +211,22 @@ impl TrainConfig {
 
     /// The same configuration under another name and seed.
     pub fn seeded(&self, seed: u64) -> TrainConfig {
-        TrainConfig { name: format!("{} seed {seed}", self.name), seed, ..self.clone() }
+        TrainConfig {
+            name: format!("{} seed {seed}", self.name),
+            seed,
+            ..self.clone()
+        }
     }
 
     /// A run of the training loop with this configuration and `regularizer`.
     pub fn run(&self, regularizer: Box<dyn Regularizer + Send>) -> Run {
-        (self.schedule(), Box::new(Grpo { config: self.clone(), regularizer }))
+        (
+            self.schedule(),
+            Box::new(Grpo {
+                config: self.clone(),
+                regularizer,
+            }),
+        )
     }
 
     /// The configuration as pretty-printed JSON.
@@ -196,8 +236,10 @@ impl TrainConfig {
 
     /// Read a configuration written by [`train`] (or by hand) as JSON.
     pub fn load(path: &Path) -> Result<TrainConfig, String> {
-        let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-        serde_json::from_str(&text).map_err(|err| format!("{} is not a training config: {err}", path.display()))
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        serde_json::from_str(&text)
+            .map_err(|err| format!("{} is not a training config: {err}", path.display()))
     }
 }
 // ANCHOR_END: config
@@ -208,12 +250,23 @@ impl TrainConfig {
 /// minibatch's loss. Each returns named numbers for the metrics.
 pub trait Regularizer {
     /// Adjust `rewards` (one per trajectory) in place.
-    fn shape_rewards(&mut self, _trajectories: &[Trajectory], _rewards: &mut [f64]) -> Vec<(String, f64)> {
+    fn shape_rewards(
+        &mut self,
+        _trajectories: &[Trajectory],
+        _rewards: &mut [f64],
+    ) -> Vec<(String, f64)> {
         Vec::new()
     }
     /// A loss term from the minibatch's log-probs and entropies [B, T] on
     /// `mask` [B, T], averaged like the policy loss (`norm`).
-    fn loss(&mut self, _batch: &Batch, _logp: &Tensor, _entropy: &Tensor, _mask: &Tensor, _norm: LossNorm) -> Option<(Tensor, Vec<(String, f64)>)> {
+    fn loss(
+        &mut self,
+        _batch: &Batch,
+        _logp: &Tensor,
+        _entropy: &Tensor,
+        _mask: &Tensor,
+        _norm: LossNorm,
+    ) -> Option<(Tensor, Vec<(String, f64)>)> {
         None
     }
 }
@@ -237,14 +290,30 @@ impl Algorithm for Grpo {
         Some(self.config.to_json())
     }
 
-    fn rewards(&mut self, played: &[Played], trajectories: &[Trajectory], report: &mut Report) -> Vec<f64> {
+    fn rewards(
+        &mut self,
+        played: &[Played],
+        trajectories: &[Trajectory],
+        report: &mut Report,
+    ) -> Vec<f64> {
         let mut rewards: Vec<f64> = played.iter().map(|p| p.reward).collect();
         report.extend(self.regularizer.shape_rewards(trajectories, &mut rewards));
         rewards
     }
 
-    fn advantages(&mut self, _model: &TinyAgent, _trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, _report: &mut Report) -> Tensor {
-        let advantages: Vec<f64> = rewards.chunks(group).flat_map(|g| group_advantages(g, self.config.baseline)).collect();
+    fn advantages(
+        &mut self,
+        _model: &TinyAgent,
+        _trajectories: &[Trajectory],
+        rollout: &Batch,
+        rewards: &[f64],
+        group: usize,
+        _report: &mut Report,
+    ) -> Tensor {
+        let advantages: Vec<f64> = rewards
+            .chunks(group)
+            .flat_map(|g| group_advantages(g, self.config.baseline))
+            .collect();
         per_token(&advantages, &rollout.mask) // [N, T]
     }
 
@@ -252,19 +321,46 @@ impl Algorithm for Grpo {
         let raw: Vec<f64> = played.iter().map(|p| p.reward).collect();
         let informative = informative_groups(&raw, group);
         report.insert("informative_groups".into(), informative.len() as f64);
-        let groups: Vec<usize> = if self.config.filter_zero_variance { informative } else { (0..raw.len() / group).collect() };
-        let mut chosen: Vec<usize> = groups.iter().flat_map(|&g| g * group..(g + 1) * group).collect();
+        let groups: Vec<usize> = if self.config.filter_zero_variance {
+            informative
+        } else {
+            (0..raw.len() / group).collect()
+        };
+        let mut chosen: Vec<usize> = groups
+            .iter()
+            .flat_map(|&g| g * group..(g + 1) * group)
+            .collect();
         if self.config.compact_filtering {
             chosen.retain(|&i| !played[i].info.truncated);
         }
         chosen
     }
 
-    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, _rows: &[usize], report: &mut Report) -> Tensor {
+    fn loss(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        advantages: &Tensor,
+        _rows: &[usize],
+        report: &mut Report,
+    ) -> Tensor {
         let eps = (self.config.clip_low, self.config.clip_high);
-        let (mut loss, diagnostics) = grpo_loss(&forward.logp, &minibatch.logprobs, advantages, &minibatch.mask, eps, self.config.norm);
+        let (mut loss, diagnostics) = grpo_loss(
+            &forward.logp,
+            &minibatch.logprobs,
+            advantages,
+            &minibatch.mask,
+            eps,
+            self.config.norm,
+        );
         diagnostics.report(report);
-        if let Some((term, numbers)) = self.regularizer.loss(minibatch, &forward.logp, &forward.entropy, &minibatch.mask, self.config.norm) {
+        if let Some((term, numbers)) = self.regularizer.loss(
+            minibatch,
+            &forward.logp,
+            &forward.entropy,
+            &minibatch.mask,
+            self.config.norm,
+        ) {
             loss += term;
             report.extend(numbers);
         }
@@ -274,7 +370,10 @@ impl Algorithm for Grpo {
 
 /// Plain runs (no regulariser) of several configurations.
 pub fn plain_runs(configs: &[TrainConfig]) -> Vec<Run> {
-    configs.iter().map(|config| config.run(Box::new(Plain))).collect()
+    configs
+        .iter()
+        .map(|config| config.run(Box::new(Plain)))
+        .collect()
 }
 // ANCHOR_END: algorithm
 
@@ -286,7 +385,10 @@ mod tests {
     /// row of 8, advantages +1 and −1, under `norm`.
     fn token_weights(norm: LossNorm) -> Vec<f64> {
         let logp = Tensor::zeros([2, 8], (REAL, tch::Device::Cpu)).set_requires_grad(true);
-        let mask = Tensor::from_slice(&[0f64, 1., 1., 0., 0., 0., 0., 0., 0., 1., 1., 1., 1., 1., 1., 0.]).view([2, 8]);
+        let mask = Tensor::from_slice(&[
+            0f64, 1., 1., 0., 0., 0., 0., 0., 0., 1., 1., 1., 1., 1., 1., 0.,
+        ])
+        .view([2, 8]);
         let advantages = per_token(&[1.0, -1.0], &mask);
         let (loss, _) = grpo_loss(&logp, &logp.detach(), &advantages, &mask, (0.2, 0.2), norm);
         loss.backward();
@@ -298,17 +400,33 @@ mod tests {
         let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6);
         // Per-sequence mean: a token of the short sequence weighs 1/(2·2), of the long one 1/(2·6).
         let w = token_weights(LossNorm::SequenceMean);
-        assert!(close(&w[1..3], &[-0.25, -0.25]) && close(&w[9..15], &[1.0 / 12.0; 6]), "{w:?}");
+        assert!(
+            close(&w[1..3], &[-0.25, -0.25]) && close(&w[9..15], &[1.0 / 12.0; 6]),
+            "{w:?}"
+        );
         // Per-token mean: every token weighs 1/8.
         let w = token_weights(LossNorm::TokenMean);
-        assert!(close(&w[1..3], &[-0.125; 2]) && close(&w[9..15], &[0.125; 6]), "{w:?}");
+        assert!(
+            close(&w[1..3], &[-0.125; 2]) && close(&w[9..15], &[0.125; 6]),
+            "{w:?}"
+        );
         // Constant: every token weighs 1/(B·C).
         let w = token_weights(LossNorm::Constant(10.0));
-        assert!(close(&w[1..3], &[-0.05; 2]) && close(&w[9..15], &[0.05; 6]), "{w:?}");
+        assert!(
+            close(&w[1..3], &[-0.05; 2]) && close(&w[9..15], &[0.05; 6]),
+            "{w:?}"
+        );
         // Tokens off the mask get nothing under any of them.
-        for norm in [LossNorm::SequenceMean, LossNorm::TokenMean, LossNorm::Constant(10.0)] {
+        for norm in [
+            LossNorm::SequenceMean,
+            LossNorm::TokenMean,
+            LossNorm::Constant(10.0),
+        ] {
             let w = token_weights(norm);
-            assert!([0, 3, 4, 5, 6, 7, 8, 15].iter().all(|&i| w[i] == 0.0), "{w:?}");
+            assert!(
+                [0, 3, 4, 5, 6, 7, 8, 15].iter().all(|&i| w[i] == 0.0),
+                "{w:?}"
+            );
         }
     }
 
@@ -316,7 +434,14 @@ mod tests {
     fn clip_higher_lets_good_tokens_rise_further_than_bad_ones_fall() {
         let slope = |ratio: f64, advantage: f64| -> f64 {
             let logp = Tensor::from_slice(&[ratio.ln() as f64]).set_requires_grad(true);
-            clipped_surrogate(&logp, &Tensor::from_slice(&[0f64]), &Tensor::from_slice(&[advantage as f64]), (0.2, 0.28)).sum(REAL).backward();
+            clipped_surrogate(
+                &logp,
+                &Tensor::from_slice(&[0f64]),
+                &Tensor::from_slice(&[advantage as f64]),
+                (0.2, 0.28),
+            )
+            .sum(REAL)
+            .backward();
             logp.grad().double_value(&[0])
         };
         // A > 0: still pushed at ρ = 1.25 (a symmetric 0.2 clip would stop at 1.2), not at 1.3.
@@ -332,15 +457,34 @@ mod tests {
         let rewards = [0., 0., 0., 1., 0., 1., 1., 1., 1., 0., 0., 1.];
         assert_eq!(informative_groups(&rewards, 3), vec![1, 3]);
         // And those are exactly the groups with a nonzero advantage under every baseline.
-        for baseline in [GroupBaseline::Mean, GroupBaseline::LeaveOneOut, GroupBaseline::MeanStd] {
-            let nonzero: Vec<usize> = rewards.chunks(3).enumerate().filter(|(_, g)| group_advantages(g, baseline).iter().any(|a| a.abs() > 1e-12)).map(|(i, _)| i).collect();
+        for baseline in [
+            GroupBaseline::Mean,
+            GroupBaseline::LeaveOneOut,
+            GroupBaseline::MeanStd,
+        ] {
+            let nonzero: Vec<usize> = rewards
+                .chunks(3)
+                .enumerate()
+                .filter(|(_, g)| {
+                    group_advantages(g, baseline)
+                        .iter()
+                        .any(|a| a.abs() > 1e-12)
+                })
+                .map(|(i, _)| i)
+                .collect();
             assert_eq!(nonzero, vec![1, 3]);
         }
     }
 
     #[test]
     fn configs_round_trip_through_json() {
-        for config in [TrainConfig::grpo(), TrainConfig::dr_grpo(), TrainConfig::dapo(), TrainConfig::rloo(), TrainConfig::grpo_plus_plus()] {
+        for config in [
+            TrainConfig::grpo(),
+            TrainConfig::dr_grpo(),
+            TrainConfig::dapo(),
+            TrainConfig::rloo(),
+            TrainConfig::grpo_plus_plus(),
+        ] {
             let text = serde_json::to_string(&config).unwrap();
             assert_eq!(serde_json::from_str::<TrainConfig>(&text).unwrap(), config);
         }

@@ -10,24 +10,26 @@
 //! ([`degenerate`]).
 
 use crate::episode::parse_call;
-use crate::gym::{BugFixEnv, Edit, EditKind, Family, Gym, Task, MAX_TURNS};
-use crate::pg::{wrapper_config, Algorithm, Forward, Report};
-use crate::trajectory::{Batch, Trajectory};
-use tch::Tensor;
-use crate::mdp::{Mdp, Outcome};
-use crate::policies::Policy;
-use crate::pretrain::{base_model, corpus_of, pretrain, save_model, PretrainConfig, Sequence, BASE};
-use std::path::Path;
-use crate::tinyagent::TinyAgent;
-use crate::tokenizer::Bpe;
 use crate::episode::Owner;
+use crate::gym::{BugFixEnv, Edit, EditKind, Family, Gym, Task, MAX_TURNS};
+use crate::mdp::{Mdp, Outcome};
+use crate::pg::{wrapper_config, Algorithm, Forward, Report};
+use crate::policies::Policy;
+use crate::pretrain::{
+    base_model, corpus_of, pretrain, save_model, PretrainConfig, Sequence, BASE,
+};
 use crate::rollout::{Played, Segment};
 use crate::runner::{Guarded, TestRunner};
 use crate::sandbox::all_pass;
+use crate::tinyagent::TinyAgent;
+use crate::tokenizer::Bpe;
+use crate::trajectory::{Batch, Trajectory};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use std::collections::HashSet;
+use std::path::Path;
+use tch::Tensor;
 
 // ANCHOR: neutral
 /// The lines of `text`, each behind `mark`.
@@ -38,7 +40,16 @@ fn marked(text: &str, mark: &str) -> String {
 /// The menu as the agent reads it under neutral labels: each op's number,
 /// then the lines it removes (`-`) and the lines it puts in (`+`).
 pub fn diff_menu(menu: &[Edit]) -> String {
-    menu.iter().map(|edit| format!("op {}:\n{}{}", edit.name, marked(&edit.find, "- "), marked(&edit.replace, "+ "))).collect()
+    menu.iter()
+        .map(|edit| {
+            format!(
+                "op {}:\n{}{}",
+                edit.name,
+                marked(&edit.find, "- "),
+                marked(&edit.replace, "+ ")
+            )
+        })
+        .collect()
 }
 
 /// `task` with its fix and distractors renamed `1`, `2`, ... in menu order,
@@ -51,17 +62,29 @@ pub fn neutral(task: &Task) -> Task {
         .iter()
         .filter(|edit| edit.kind != EditKind::Exploit)
         .enumerate()
-        .map(|(i, edit)| Edit { name: (i + 1).to_string(), ..edit.clone() })
+        .map(|(i, edit)| Edit {
+            name: (i + 1).to_string(),
+            ..edit.clone()
+        })
         .collect();
     let issue = format!("{}\n{}", task.issue, diff_menu(&menu).trim_end());
-    Task { id: format!("{}-neutral", task.id), issue, menu, undo: true, ..task.clone() }
+    Task {
+        id: format!("{}-neutral", task.id),
+        issue,
+        menu,
+        undo: true,
+        ..task.clone()
+    }
 }
 // ANCHOR_END: neutral
 
 // ANCHOR: compose
 /// The names of the functions a source defines.
 fn functions(source: &str) -> Vec<&str> {
-    source.lines().filter_map(|line| line.strip_prefix("fn ")?.split('(').next()).collect()
+    source
+        .lines()
+        .filter_map(|line| line.strip_prefix("fn ")?.split('(').next())
+        .collect()
 }
 
 /// One file with the bugs of all `parts` (tasks of different families): the
@@ -74,10 +97,29 @@ pub fn compose(parts: &[&Task], id: &str, seed: u64) -> Option<Task> {
     if names.iter().collect::<HashSet<_>>().len() != names.len() {
         return None;
     }
-    let source: String = parts.iter().map(|p| p.source.as_str()).collect::<Vec<_>>().join("\n");
-    let fixed: String = parts.iter().map(|p| p.fixed.as_str()).collect::<Vec<_>>().join("\n");
-    let mut menu: Vec<Edit> = parts.iter().flat_map(|p| p.menu.iter().filter(|e| e.kind != EditKind::Exploit).cloned()).collect();
-    if menu.iter().any(|edit| source.matches(edit.find.as_str()).count() != 1) {
+    let source: String = parts
+        .iter()
+        .map(|p| p.source.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let fixed: String = parts
+        .iter()
+        .map(|p| p.fixed.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut menu: Vec<Edit> = parts
+        .iter()
+        .flat_map(|p| {
+            p.menu
+                .iter()
+                .filter(|e| e.kind != EditKind::Exploit)
+                .cloned()
+        })
+        .collect();
+    if menu
+        .iter()
+        .any(|edit| source.matches(edit.find.as_str()).count() != 1)
+    {
         return None;
     }
     menu.shuffle(&mut StdRng::seed_from_u64(seed));
@@ -90,9 +132,23 @@ pub fn compose(parts: &[&Task], id: &str, seed: u64) -> Option<Task> {
     if !all_pass(&Guarded::shared().run(&fixed, &all)) {
         return None;
     }
-    let issue = parts.iter().map(|p| p.issue.as_str()).collect::<Vec<_>>().join("\n");
+    let issue = parts
+        .iter()
+        .map(|p| p.issue.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
     let issue = format!("{issue}\n{}", diff_menu(&menu).trim_end());
-    Some(Task { id: id.into(), family: parts[0].family, issue, source, fixed, public_tests, hidden_tests, menu, undo: true })
+    Some(Task {
+        id: id.into(),
+        family: parts[0].family,
+        issue,
+        source,
+        fixed,
+        public_tests,
+        hidden_tests,
+        menu,
+        undo: true,
+    })
 }
 
 /// `count` tasks with `bugs` bugs each, every one built from `bugs` tasks of
@@ -134,7 +190,12 @@ pub fn family_split(gym: &Gym) -> FamilySplit {
     let held = |task: &&Task| HELD_OUT_FAMILIES.contains(&task.family);
     FamilySplit {
         train: gym.train.iter().filter(|t| !held(t)).map(neutral).collect(),
-        held_out_instances: gym.held_out.iter().filter(|t| !held(t)).map(neutral).collect(),
+        held_out_instances: gym
+            .held_out
+            .iter()
+            .filter(|t| !held(t))
+            .map(neutral)
+            .collect(),
         held_out_families: gym.held_out.iter().filter(held).map(neutral).collect(),
     }
 }
@@ -143,7 +204,10 @@ pub fn family_split(gym: &Gym) -> FamilySplit {
 // ANCHOR: searcher
 /// Failing test lines in the output of `test`.
 pub fn failures(observation: &str) -> usize {
-    observation.lines().filter(|line| line.starts_with("FAIL")).count()
+    observation
+        .lines()
+        .filter(|line| line.starts_with("FAIL"))
+        .count()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -168,7 +232,11 @@ pub struct Searcher {
 
 impl Searcher {
     pub fn new() -> Searcher {
-        Searcher { phase: Phase::Start, next: 0, failing: 0 }
+        Searcher {
+            phase: Phase::Start,
+            next: 0,
+            failing: 0,
+        }
     }
 
     fn edit_next(&mut self, env: &BugFixEnv) -> String {
@@ -201,7 +269,11 @@ impl Policy for Searcher {
             }
             Phase::Baseline => {
                 self.failing = failures(observation);
-                if self.failing == 0 { "<call> submit </call>".into() } else { self.edit_next(env) }
+                if self.failing == 0 {
+                    "<call> submit </call>".into()
+                } else {
+                    self.edit_next(env)
+                }
             }
             // An op whose lines are gone changed nothing: no test, and nothing to undo.
             Phase::Edited if observation.ends_with("nothing to change") => self.edit_next(env),
@@ -241,8 +313,16 @@ impl<P: Policy> Policy for Slipping<P> {
         if self.rng.random::<f64>() < self.p {
             return planned;
         }
-        let mut calls: Vec<String> = ["read", "test", "undo", "submit"].iter().map(|t| format!("<call> {t} </call>")).collect();
-        calls.extend(env.task().menu.iter().map(|e| format!("<call> edit {} </call>", e.name)));
+        let mut calls: Vec<String> = ["read", "test", "undo", "submit"]
+            .iter()
+            .map(|t| format!("<call> {t} </call>"))
+            .collect();
+        calls.extend(
+            env.task()
+                .menu
+                .iter()
+                .map(|e| format!("<call> edit {} </call>", e.name)),
+        );
         calls[self.rng.random_range(0..calls.len())].clone()
     }
 }
@@ -264,12 +344,26 @@ pub struct Wanderer {
 
 impl Wanderer {
     pub fn new(seed: u64) -> Wanderer {
-        Wanderer { rng: StdRng::seed_from_u64(seed), in_place: None, tested: false, undone: Vec::new() }
+        Wanderer {
+            rng: StdRng::seed_from_u64(seed),
+            in_place: None,
+            tested: false,
+            undone: Vec::new(),
+        }
     }
 
     fn edit(&mut self, env: &BugFixEnv) -> String {
-        let fresh: Vec<&Edit> = env.task().menu.iter().filter(|e| !self.undone.contains(&e.name)).collect();
-        let ops: Vec<&Edit> = if fresh.is_empty() { env.task().menu.iter().collect() } else { fresh };
+        let fresh: Vec<&Edit> = env
+            .task()
+            .menu
+            .iter()
+            .filter(|e| !self.undone.contains(&e.name))
+            .collect();
+        let ops: Vec<&Edit> = if fresh.is_empty() {
+            env.task().menu.iter().collect()
+        } else {
+            fresh
+        };
         let name = ops[self.rng.random_range(0..ops.len())].name.clone();
         (self.in_place, self.tested) = (Some(name.clone()), false);
         format!("<call> edit {name} </call>")
@@ -305,15 +399,30 @@ impl Policy for Wanderer {
 }
 
 /// The settings of [`warm_start`]: transcripts and steps of further pretraining.
-pub const WARM_START: PretrainConfig = PretrainConfig { episodes: 1500, steps: 150, batch: 8, lr: 5e-3, context_weight: 0.0, seed: 12, ..BASE };
+pub const WARM_START: PretrainConfig = PretrainConfig {
+    episodes: 1500,
+    steps: 150,
+    batch: 8,
+    lr: 5e-3,
+    context_weight: 0.0,
+    seed: 12,
+    ..BASE
+};
 
 /// The base model, pretrained further on transcripts of the [`Wanderer`] on
 /// `tasks` (neutral ones), so that it writes numbered ops and `undo` as it
 /// wrote named ops before. Same tokenizer, same architecture.
-pub fn warm_start(base: (Bpe, TinyAgent), tasks: &[Task], config: &PretrainConfig) -> (Bpe, TinyAgent, Vec<f64>) {
+pub fn warm_start(
+    base: (Bpe, TinyAgent),
+    tasks: &[Task],
+    config: &PretrainConfig,
+) -> (Bpe, TinyAgent, Vec<f64>) {
     let (bpe, mut model) = base;
     let transcripts = corpus_of(tasks, config.episodes, &mut Wanderer::new(config.seed));
-    let sequences: Vec<Sequence> = transcripts.iter().map(|t| Sequence::new(&bpe, t, config.context_weight)).collect();
+    let sequences: Vec<Sequence> = transcripts
+        .iter()
+        .map(|t| Sequence::new(&bpe, t, config.context_weight))
+        .collect();
     let losses = pretrain(&mut model, &sequences, config);
     (bpe, model, losses)
 }
@@ -322,9 +431,17 @@ pub fn warm_start(base: (Bpe, TinyAgent), tasks: &[Task], config: &PretrainConfi
 /// with [`WARM_START`], stored in `dir` (for [`crate::pg::train_from`]) with
 /// its losses.
 pub fn warm_start_model(gym: &Gym, dir: &Path) -> (Bpe, TinyAgent, Vec<f64>) {
-    let (bpe, model, losses) = warm_start(base_model(&gym.train), &family_split(gym).train, &WARM_START);
+    let (bpe, model, losses) = warm_start(
+        base_model(&gym.train),
+        &family_split(gym).train,
+        &WARM_START,
+    );
     save_model(dir, &bpe, &model).unwrap_or_else(|err| panic!("{err}"));
-    std::fs::write(dir.join("losses.json"), serde_json::to_string(&losses).expect("losses serialise")).unwrap_or_else(|err| panic!("cannot write the losses: {err}"));
+    std::fs::write(
+        dir.join("losses.json"),
+        serde_json::to_string(&losses).expect("losses serialise"),
+    )
+    .unwrap_or_else(|err| panic!("cannot write the losses: {err}"));
     (bpe, model, losses)
 }
 // ANCHOR_END: wanderer
@@ -334,7 +451,12 @@ pub fn warm_start_model(gym: &Gym, dir: &Path) -> (Bpe, TinyAgent, Vec<f64>) {
 /// every non-terminal state `s`.
 fn add_rewards(mdp: &Mdp, extra: impl Fn(usize, &Outcome) -> f64) -> Mdp {
     let mut changed = mdp.clone();
-    for (s, row) in changed.outcomes.iter_mut().enumerate().filter(|(s, _)| !mdp.terminal[*s]) {
+    for (s, row) in changed
+        .outcomes
+        .iter_mut()
+        .enumerate()
+        .filter(|(s, _)| !mdp.terminal[*s])
+    {
         for outcome in row.iter_mut().flatten() {
             outcome.reward += extra(s, outcome);
         }
@@ -354,7 +476,13 @@ pub fn shape(mdp: &Mdp, phi: &[f64], gamma: f64) -> Mdp {
 /// move that lowers it: a per-turn reward for "tests improved" that is not a
 /// difference of potentials.
 pub fn reward_improvements(mdp: &Mdp, phi: &[f64], bonus: f64) -> Mdp {
-    add_rewards(mdp, |s, o| if !mdp.terminal[o.next] && phi[o.next] > phi[s] { bonus } else { 0.0 })
+    add_rewards(mdp, |s, o| {
+        if !mdp.terminal[o.next] && phi[o.next] > phi[s] {
+            bonus
+        } else {
+            0.0
+        }
+    })
 }
 // ANCHOR_END: shape
 
@@ -383,25 +511,69 @@ pub struct Overlong {
 }
 
 impl Algorithm for Overlong {
-    fn rewards(&mut self, played: &[Played], trajectories: &[Trajectory], report: &mut Report) -> Vec<f64> {
+    fn rewards(
+        &mut self,
+        played: &[Played],
+        trajectories: &[Trajectory],
+        report: &mut Report,
+    ) -> Vec<f64> {
         let n = played.len() as f64;
-        report.insert("undo".into(), played.iter().filter(|p| p.actions.iter().any(|a| parse_call(a).is_some_and(|c| c.tool == "undo"))).count() as f64 / n);
-        report.insert("turns".into(), played.iter().map(|p| p.actions.len() as f64).sum::<f64>() / n);
-        report.insert("truncated".into(), played.iter().filter(|p| p.info.truncated).count() as f64 / n);
-        report.insert("repeated".into(), played.iter().filter(|p| degenerate(p).repeated).count() as f64 / n);
+        report.insert(
+            "undo".into(),
+            played
+                .iter()
+                .filter(|p| {
+                    p.actions
+                        .iter()
+                        .any(|a| parse_call(a).is_some_and(|c| c.tool == "undo"))
+                })
+                .count() as f64
+                / n,
+        );
+        report.insert(
+            "turns".into(),
+            played.iter().map(|p| p.actions.len() as f64).sum::<f64>() / n,
+        );
+        report.insert(
+            "truncated".into(),
+            played.iter().filter(|p| p.info.truncated).count() as f64 / n,
+        );
+        report.insert(
+            "repeated".into(),
+            played.iter().filter(|p| degenerate(p).repeated).count() as f64 / n,
+        );
         let rewards = self.inner.rewards(played, trajectories, report);
         match self.cache {
-            Some(cache) => rewards.iter().zip(played).map(|(r, p)| r + overlong_penalty(p.actions.len(), p.info.truncated, MAX_TURNS, cache)).collect(),
+            Some(cache) => rewards
+                .iter()
+                .zip(played)
+                .map(|(r, p)| {
+                    r + overlong_penalty(p.actions.len(), p.info.truncated, MAX_TURNS, cache)
+                })
+                .collect(),
             None => rewards,
         }
     }
 
-    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, report: &mut Report) -> Tensor {
-        self.inner.advantages(model, trajectories, rollout, rewards, group, report) // [N, T]
+    fn advantages(
+        &mut self,
+        model: &TinyAgent,
+        trajectories: &[Trajectory],
+        rollout: &Batch,
+        rewards: &[f64],
+        group: usize,
+        report: &mut Report,
+    ) -> Tensor {
+        self.inner
+            .advantages(model, trajectories, rollout, rewards, group, report) // [N, T]
     }
 
     fn config_json(&self) -> Option<String> {
-        let inner: serde_json::Value = self.inner.config_json().and_then(|c| serde_json::from_str(&c).ok()).unwrap_or_default();
+        let inner: serde_json::Value = self
+            .inner
+            .config_json()
+            .and_then(|c| serde_json::from_str(&c).ok())
+            .unwrap_or_default();
         Some(serde_json::json!({ "overlong_cache_turns": self.cache, "inner": inner }).to_string())
     }
 
@@ -409,8 +581,16 @@ impl Algorithm for Overlong {
         self.inner.keep(played, group, report)
     }
 
-    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor {
-        self.inner.loss(forward, minibatch, advantages, rows, report)
+    fn loss(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        advantages: &Tensor,
+        rows: &[usize],
+        report: &mut Report,
+    ) -> Tensor {
+        self.inner
+            .loss(forward, minibatch, advantages, rows, report)
     }
 }
 // ANCHOR_END: overlong
@@ -432,7 +612,12 @@ pub struct TurnCredit {
 
 impl TurnCredit {
     pub fn new(weight: f64, tasks: Vec<Task>, inner: Box<dyn Algorithm + Send>) -> TurnCredit {
-        TurnCredit { weight, tasks, inner, credit: Vec::new() }
+        TurnCredit {
+            weight,
+            tasks,
+            inner,
+            credit: Vec::new(),
+        }
     }
 }
 
@@ -451,7 +636,12 @@ pub fn turn_progress(task: &Task, actions: &[String]) -> Vec<f64> {
 }
 
 impl Algorithm for TurnCredit {
-    fn rewards(&mut self, played: &[Played], trajectories: &[Trajectory], report: &mut Report) -> Vec<f64> {
+    fn rewards(
+        &mut self,
+        played: &[Played],
+        trajectories: &[Trajectory],
+        report: &mut Report,
+    ) -> Vec<f64> {
         let (mut turns, mut moved) = (0, 0);
         self.credit = played
             .iter()
@@ -462,7 +652,12 @@ impl Algorithm for TurnCredit {
                 let mut turn = 0;
                 let mut credit = Vec::new();
                 for segment in &p.segments {
-                    let value = if segment.owner == Owner::Policy { turn += 1; self.weight * progress[turn - 1] } else { 0.0 };
+                    let value = if segment.owner == Owner::Policy {
+                        turn += 1;
+                        self.weight * progress[turn - 1]
+                    } else {
+                        0.0
+                    };
                     credit.extend(std::iter::repeat_n(value, segment.ids.len()));
                 }
                 credit
@@ -472,19 +667,36 @@ impl Algorithm for TurnCredit {
         self.inner.rewards(played, trajectories, report)
     }
 
-    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, report: &mut Report) -> Tensor {
-        let episode = self.inner.advantages(model, trajectories, rollout, rewards, group, report); // [N, T]
+    fn advantages(
+        &mut self,
+        model: &TinyAgent,
+        trajectories: &[Trajectory],
+        rollout: &Batch,
+        rewards: &[f64],
+        group: usize,
+        report: &mut Report,
+    ) -> Tensor {
+        let episode = self
+            .inner
+            .advantages(model, trajectories, rollout, rewards, group, report); // [N, T]
         let (n, t) = (rollout.mask.size()[0], rollout.mask.size()[1]);
         let mut credit = vec![0.0; (n * t) as usize];
         for (row, values) in self.credit.iter().enumerate() {
             credit[row * t as usize..][..values.len()].copy_from_slice(values);
         }
-        let credit = Tensor::from_slice(&credit).view([n, t]).to_device(rollout.mask.device()) * &rollout.mask; // [N, T]
+        let credit = Tensor::from_slice(&credit)
+            .view([n, t])
+            .to_device(rollout.mask.device())
+            * &rollout.mask; // [N, T]
         episode + credit
     }
 
     fn config_json(&self) -> Option<String> {
-        let inner: serde_json::Value = self.inner.config_json().and_then(|c| serde_json::from_str(&c).ok()).unwrap_or_default();
+        let inner: serde_json::Value = self
+            .inner
+            .config_json()
+            .and_then(|c| serde_json::from_str(&c).ok())
+            .unwrap_or_default();
         Some(serde_json::json!({ "turn_credit_weight": self.weight, "inner": inner }).to_string())
     }
 
@@ -492,8 +704,16 @@ impl Algorithm for TurnCredit {
         self.inner.keep(played, group, report)
     }
 
-    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor {
-        self.inner.loss(forward, minibatch, advantages, rows, report)
+    fn loss(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        advantages: &Tensor,
+        rows: &[usize],
+        report: &mut Report,
+    ) -> Tensor {
+        self.inner
+            .loss(forward, minibatch, advantages, rows, report)
     }
 }
 // ANCHOR_END: turn_credit
@@ -577,12 +797,20 @@ pub struct Degenerate {
 
 /// The signs of [`Degenerate`] in one played episode.
 pub fn degenerate(played: &Played) -> Degenerate {
-    let calls: Vec<Option<(String, Option<String>)>> = played.actions.iter().map(|a| parse_call(a).map(|c| (c.tool, c.arg))).collect();
+    let calls: Vec<Option<(String, Option<String>)>> = played
+        .actions
+        .iter()
+        .map(|a| parse_call(a).map(|c| (c.tool, c.arg)))
+        .collect();
     let repeated = calls.windows(2).any(|w| match (&w[0], &w[1]) {
         (Some(a), Some(b)) if a == b => a.0 == "read" || a.0 == "test" || a.0 == "edit",
         _ => false,
     });
-    Degenerate { format_error: played.parse_errors > 0, repeated, truncated: played.info.truncated }
+    Degenerate {
+        format_error: played.parse_errors > 0,
+        repeated,
+        truncated: played.info.truncated,
+    }
 }
 
 /// Train with `inner`, dropping from the update every episode with a format
@@ -593,31 +821,74 @@ pub struct DropDegenerate {
 }
 
 impl Algorithm for DropDegenerate {
-    fn draw(&mut self, n: usize, tasks: usize, group: usize, iteration: usize, rng: &mut rand::rngs::StdRng) -> Vec<usize> {
+    fn draw(
+        &mut self,
+        n: usize,
+        tasks: usize,
+        group: usize,
+        iteration: usize,
+        rng: &mut rand::rngs::StdRng,
+    ) -> Vec<usize> {
         self.inner.draw(n, tasks, group, iteration, rng)
     }
 
-    fn rewards(&mut self, played: &[Played], trajectories: &[Trajectory], report: &mut Report) -> Vec<f64> {
+    fn rewards(
+        &mut self,
+        played: &[Played],
+        trajectories: &[Trajectory],
+        report: &mut Report,
+    ) -> Vec<f64> {
         self.inner.rewards(played, trajectories, report)
     }
 
-    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, report: &mut Report) -> Tensor {
-        self.inner.advantages(model, trajectories, rollout, rewards, group, report) // [N, T]
+    fn advantages(
+        &mut self,
+        model: &TinyAgent,
+        trajectories: &[Trajectory],
+        rollout: &Batch,
+        rewards: &[f64],
+        group: usize,
+        report: &mut Report,
+    ) -> Tensor {
+        self.inner
+            .advantages(model, trajectories, rollout, rewards, group, report) // [N, T]
     }
 
     fn config_json(&self) -> Option<String> {
-        wrapper_config(self.inner.as_ref(), serde_json::json!({ "drop_degenerate": true }))
+        wrapper_config(
+            self.inner.as_ref(),
+            serde_json::json!({ "drop_degenerate": true }),
+        )
     }
 
     fn keep(&mut self, played: &[Played], group: usize, report: &mut Report) -> Vec<usize> {
-        let clean = |i: &usize| { let d = degenerate(&played[*i]); !d.format_error && !d.repeated };
-        let kept: Vec<usize> = self.inner.keep(played, group, report).into_iter().filter(clean).collect();
-        report.insert("dropped_degenerate".into(), 1.0 - kept.len() as f64 / played.len() as f64);
+        let clean = |i: &usize| {
+            let d = degenerate(&played[*i]);
+            !d.format_error && !d.repeated
+        };
+        let kept: Vec<usize> = self
+            .inner
+            .keep(played, group, report)
+            .into_iter()
+            .filter(clean)
+            .collect();
+        report.insert(
+            "dropped_degenerate".into(),
+            1.0 - kept.len() as f64 / played.len() as f64,
+        );
         kept
     }
 
-    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor {
-        self.inner.loss(forward, minibatch, advantages, rows, report)
+    fn loss(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        advantages: &Tensor,
+        rows: &[usize],
+        report: &mut Report,
+    ) -> Tensor {
+        self.inner
+            .loss(forward, minibatch, advantages, rows, report)
     }
 }
 // ANCHOR_END: degenerate
@@ -636,66 +907,181 @@ mod tests {
         use crate::pg::Reinforce;
         use crate::trajectory::collate;
         let task = GYM.train[0].clone();
-        let distractor = task.ops_of_kind(EditKind::Distractor).next().unwrap().name.clone();
-        let actions: Vec<String> = [format!("edit {distractor}"), "test".into(), format!("edit {}", task.fix_op()), "submit".into()].iter().map(|c| format!("<call> {c} </call>")).collect();
+        let distractor = task
+            .ops_of_kind(EditKind::Distractor)
+            .next()
+            .unwrap()
+            .name
+            .clone();
+        let actions: Vec<String> = [
+            format!("edit {distractor}"),
+            "test".into(),
+            format!("edit {}", task.fix_op()),
+            "submit".into(),
+        ]
+        .iter()
+        .map(|c| format!("<call> {c} </call>"))
+        .collect();
         let progress = turn_progress(&task, &actions);
         let start = public_fraction(&task, &task.source);
         let last = public_fraction(&task, sources_by_turn(&task, &actions).last().unwrap());
         assert_eq!(progress.len(), 4);
-        assert!((progress.iter().sum::<f64>() - (last - start)).abs() < 1e-12 && progress[1] == 0.0 && progress[3] == 0.0, "{progress:?}");
-        let fix_first = [format!("<call> edit {} </call>", task.fix_op()), "<call> submit </call>".to_string()];
+        assert!(
+            (progress.iter().sum::<f64>() - (last - start)).abs() < 1e-12
+                && progress[1] == 0.0
+                && progress[3] == 0.0,
+            "{progress:?}"
+        );
+        let fix_first = [
+            format!("<call> edit {} </call>", task.fix_op()),
+            "<call> submit </call>".to_string(),
+        ];
         assert_eq!(turn_progress(&task, &fix_first), vec![1.0 - start, 0.0]);
         // Segments: prompt 3 ids, then (action 2 ids, observation 1 id) per turn.
-        let mut segments = vec![Segment { owner: Owner::Prompt, ids: vec![1, 2, 3], logprobs: vec![] }];
+        let mut segments = vec![Segment {
+            owner: Owner::Prompt,
+            ids: vec![1, 2, 3],
+            logprobs: vec![],
+        }];
         for _ in &actions {
-            segments.push(Segment { owner: Owner::Policy, ids: vec![4, 5], logprobs: vec![-0.5, -0.5] });
-            segments.push(Segment { owner: Owner::Env, ids: vec![6], logprobs: vec![] });
+            segments.push(Segment {
+                owner: Owner::Policy,
+                ids: vec![4, 5],
+                logprobs: vec![-0.5, -0.5],
+            });
+            segments.push(Segment {
+                owner: Owner::Env,
+                ids: vec![6],
+                logprobs: vec![],
+            });
         }
-        let played = vec![Played { task: 0, segments, actions: actions.clone(), reward: 1.0, info: Default::default(), parse_errors: 0 }];
+        let played = vec![Played {
+            task: 0,
+            segments,
+            actions: actions.clone(),
+            reward: 1.0,
+            info: Default::default(),
+            parse_errors: 0,
+        }];
         let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
         let rollout = collate(&trajectories, tch::Device::Cpu);
-        let model = { let _turn = crate::book::seeded(0); TinyAgent::new(crate::tinyagent::Config { vocab: 8, n_ctx: 32, d_model: 8, n_layer: 1, n_head: 2 }, tch::Device::Cpu) };
+        let model = {
+            let _turn = crate::book::seeded(0);
+            TinyAgent::new(
+                crate::tinyagent::Config {
+                    vocab: 8,
+                    n_ctx: 32,
+                    d_model: 8,
+                    n_layer: 1,
+                    n_head: 2,
+                },
+                tch::Device::Cpu,
+            )
+        };
         let mut credit = TurnCredit::new(0.5, vec![task], Box::new(Reinforce::plain()));
         let mut report = Report::new();
         let rewards = credit.rewards(&played, &trajectories, &mut report);
-        let advantages = Vec::<f64>::try_from(credit.advantages(&model, &trajectories, &rollout, &rewards, 1, &mut report).view([-1])).unwrap();
+        let advantages = Vec::<f64>::try_from(
+            credit
+                .advantages(&model, &trajectories, &rollout, &rewards, 1, &mut report)
+                .view([-1]),
+        )
+        .unwrap();
         let mut expected = vec![0.0; 3];
         for d in &progress {
             expected.extend([1.0 + 0.5 * d, 1.0 + 0.5 * d, 0.0]);
         }
         assert_eq!(advantages, expected);
-        assert_eq!(report["progress_turns"], progress.iter().filter(|d| **d != 0.0).count() as f64 / 4.0);
+        assert_eq!(
+            report["progress_turns"],
+            progress.iter().filter(|d| **d != 0.0).count() as f64 / 4.0
+        );
     }
 
     #[test]
     fn degenerate_episodes_are_left_out_of_the_update() {
         use crate::pg::Reinforce;
-        let episode = |calls: &[&str], parse_errors: usize| Played { task: 0, segments: vec![], actions: calls.iter().map(|c| c.to_string()).collect(), reward: 1.0, info: Default::default(), parse_errors };
+        let episode = |calls: &[&str], parse_errors: usize| Played {
+            task: 0,
+            segments: vec![],
+            actions: calls.iter().map(|c| c.to_string()).collect(),
+            reward: 1.0,
+            info: Default::default(),
+            parse_errors,
+        };
         let played = vec![
             episode(&["<call> test </call>", "<call> submit </call>"], 0),
-            episode(&["<call> test </call>", "<call> test </call>", "<call> submit </call>"], 0),
+            episode(
+                &[
+                    "<call> test </call>",
+                    "<call> test </call>",
+                    "<call> submit </call>",
+                ],
+                0,
+            ),
             episode(&["oops", "<call> submit </call>"], 1),
-            episode(&["<call> edit 1 </call>", "<call> test </call>", "<call> edit 1 </call>", "<call> submit </call>"], 0),
+            episode(
+                &[
+                    "<call> edit 1 </call>",
+                    "<call> test </call>",
+                    "<call> edit 1 </call>",
+                    "<call> submit </call>",
+                ],
+                0,
+            ),
         ];
         let mut report = Report::new();
-        assert_eq!(DropDegenerate { inner: Box::new(Reinforce::plain()) }.keep(&played, 4, &mut report), vec![0, 3]);
+        assert_eq!(
+            DropDegenerate {
+                inner: Box::new(Reinforce::plain())
+            }
+            .keep(&played, 4, &mut report),
+            vec![0, 3]
+        );
         assert_eq!(report["dropped_degenerate"], 0.5);
     }
 
     #[test]
     fn an_elided_view_keeps_the_prompt_the_actions_and_the_last_observations() {
-        let segment = |owner: Owner, id: u32| Segment { owner, ids: vec![id, id], logprobs: vec![] };
-        let segments = vec![segment(Owner::Prompt, 1), segment(Owner::Policy, 2), segment(Owner::Env, 3), segment(Owner::Policy, 4), segment(Owner::Env, 5), segment(Owner::Policy, 6), segment(Owner::Env, 7)];
-        assert_eq!(elide_observations(1, vec![9])(&segments), vec![1, 1, 2, 2, 9, 4, 4, 9, 6, 6, 7, 7]);
-        assert_eq!(elide_observations(2, vec![9])(&segments), vec![1, 1, 2, 2, 9, 4, 4, 5, 5, 6, 6, 7, 7]);
-        assert_eq!(elide_observations(3, vec![9])(&segments), segments.iter().flat_map(|s| s.ids.clone()).collect::<Vec<_>>());
+        let segment = |owner: Owner, id: u32| Segment {
+            owner,
+            ids: vec![id, id],
+            logprobs: vec![],
+        };
+        let segments = vec![
+            segment(Owner::Prompt, 1),
+            segment(Owner::Policy, 2),
+            segment(Owner::Env, 3),
+            segment(Owner::Policy, 4),
+            segment(Owner::Env, 5),
+            segment(Owner::Policy, 6),
+            segment(Owner::Env, 7),
+        ];
+        assert_eq!(
+            elide_observations(1, vec![9])(&segments),
+            vec![1, 1, 2, 2, 9, 4, 4, 9, 6, 6, 7, 7]
+        );
+        assert_eq!(
+            elide_observations(2, vec![9])(&segments),
+            vec![1, 1, 2, 2, 9, 4, 4, 5, 5, 6, 6, 7, 7]
+        );
+        assert_eq!(
+            elide_observations(3, vec![9])(&segments),
+            segments
+                .iter()
+                .flat_map(|s| s.ids.clone())
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]
     fn a_neutral_task_hides_the_names_but_keeps_the_fix() {
         for task in GYM.held_out.iter().take(12) {
             let n = neutral(task);
-            assert!(n.menu.iter().all(|e| e.name.parse::<usize>().is_ok() && e.kind != EditKind::Exploit));
+            assert!(n
+                .menu
+                .iter()
+                .all(|e| e.name.parse::<usize>().is_ok() && e.kind != EditKind::Exploit));
             assert_eq!(n.op(n.fix_op()).unwrap().apply(&n.source).unwrap(), n.fixed);
             assert!(n.prompt().contains("undo") && n.prompt().contains("op 1:\n- "));
             assert!(!n.prompt().contains(task.fix_op()) || task.issue.contains(task.fix_op()));
@@ -713,7 +1099,10 @@ mod tests {
             assert_eq!(both, task.fixed);
             let runner = Guarded::shared();
             assert!(!all_pass(&runner.run(&one, &task.hidden_tests)));
-            assert!(all_pass(&runner.run(&both, &task.hidden_tests)) && all_pass(&runner.run(&both, &task.public_tests)));
+            assert!(
+                all_pass(&runner.run(&both, &task.hidden_tests))
+                    && all_pass(&runner.run(&both, &task.public_tests))
+            );
         }
     }
 
@@ -727,10 +1116,26 @@ mod tests {
         let mut env = BugFixEnv::new(vec![split.held_out_families[0].clone()], 20);
         let mut transcript = Vec::new();
         run_episode(&mut env, 0, &mut Searcher::new(), Some(&mut transcript));
-        let calls: Vec<&str> = transcript.iter().filter(|(o, _)| *o == crate::episode::Owner::Policy).map(|(_, m)| m.as_str()).collect();
+        let calls: Vec<&str> = transcript
+            .iter()
+            .filter(|(o, _)| *o == crate::episode::Owner::Policy)
+            .map(|(_, m)| m.as_str())
+            .collect();
         let fix: usize = env.task().fix_op().parse().unwrap();
         assert_eq!(calls.len(), 3 * fix + 1, "{calls:?}");
-        assert_eq!(calls[..4], ["<call> test </call>", "<call> edit 1 </call>", "<call> test </call>", if fix == 1 { "<call> submit </call>" } else { "<call> undo </call>" }]);
+        assert_eq!(
+            calls[..4],
+            [
+                "<call> test </call>",
+                "<call> edit 1 </call>",
+                "<call> test </call>",
+                if fix == 1 {
+                    "<call> submit </call>"
+                } else {
+                    "<call> undo </call>"
+                }
+            ]
+        );
     }
 
     #[test]
@@ -738,16 +1143,25 @@ mod tests {
         let task = neutral(&GYM.held_out[0]);
         let mut env = BugFixEnv::new(vec![task.clone()], 8);
         env.reset(0);
-        assert_eq!(&*env.step("<call> undo </call>").observation, "ERROR: no edit to undo");
+        assert_eq!(
+            &*env.step("<call> undo </call>").observation,
+            "ERROR: no edit to undo"
+        );
         env.step("<call> edit 1 </call>");
         assert_ne!(env.source(), task.source);
-        assert_eq!(&*env.step("<call> undo </call>").observation, "undid the last edit");
+        assert_eq!(
+            &*env.step("<call> undo </call>").observation,
+            "undid the last edit"
+        );
         assert_eq!(env.source(), task.source);
         assert_eq!(env.turn(), 3);
         // Without the switch, `undo` is an unknown tool, as before Chapter 12.
         let mut env = BugFixEnv::new(vec![GYM.held_out[0].clone()], 8);
         env.reset(0);
-        assert!(env.step("<call> undo </call>").observation.starts_with("ERROR: unknown tool"));
+        assert!(env
+            .step("<call> undo </call>")
+            .observation
+            .starts_with("ERROR: unknown tool"));
     }
 
     #[test]
@@ -755,18 +1169,39 @@ mod tests {
         let split = family_split(&GYM);
         let mut env = BugFixEnv::new(split.held_out_families.clone(), 8);
         let mut rng = StdRng::seed_from_u64(7);
-        let junk = ["", "<call>", "</call>", "<call> </call>", "<call> edit </call>", "<call> edit 99 </call>", "<call> undo now </call>", "<call> submit submit </call>", "\u{0}\u{ffff}", "<call> read </call> <call> test </call>"];
+        let junk = [
+            "",
+            "<call>",
+            "</call>",
+            "<call> </call>",
+            "<call> edit </call>",
+            "<call> edit 99 </call>",
+            "<call> undo now </call>",
+            "<call> submit submit </call>",
+            "\u{0}\u{ffff}",
+            "<call> read </call> <call> test </call>",
+        ];
         for task in 0..env.tasks().len() {
             env.reset(task);
             for turn in 1..=8 {
                 let mut action: String = junk[rng.random_range(0..junk.len())].to_string();
                 if rng.random::<f64>() < 0.3 {
-                    action = (0..rng.random_range(0..3000)).map(|_| rng.random_range(0u8..=255) as char).collect();
+                    action = (0..rng.random_range(0..3000))
+                        .map(|_| rng.random_range(0u8..=255) as char)
+                        .collect();
                 }
                 let step = env.step(&action);
-                assert_eq!(step.done, turn == 8, "a malformed call ended the episode at turn {turn}: {action:?}");
+                assert_eq!(
+                    step.done,
+                    turn == 8,
+                    "a malformed call ended the episode at turn {turn}: {action:?}"
+                );
                 assert!(step.observation.len() < 400);
-                assert!(step.info.parse_error || step.observation.starts_with("ERROR"), "{action:?} -> {}", step.observation);
+                assert!(
+                    step.info.parse_error || step.observation.starts_with("ERROR"),
+                    "{action:?} -> {}",
+                    step.observation
+                );
             }
         }
     }
@@ -786,7 +1221,11 @@ mod tests {
         let q_shaped = q_from_v(&shape(&mdp, &phi, gamma), &v_shaped, gamma);
         assert!((q_shaped[0][2] - (q[0][2] - phi[0])).abs() < 1e-9);
         let (_, farmed, _) = value_iteration(&reward_improvements(&mdp, &phi, 0.5), gamma, 1e-12);
-        assert_ne!(farmed[1], crate::mdp::SUBMIT, "the bonus should make toggling worth more than submitting");
+        assert_ne!(
+            farmed[1],
+            crate::mdp::SUBMIT,
+            "the bonus should make toggling worth more than submitting"
+        );
     }
 
     #[test]
@@ -795,13 +1234,35 @@ mod tests {
         struct Twice;
         impl Policy for Twice {
             fn act(&mut self, _env: &BugFixEnv, _o: &str, turn: usize) -> String {
-                if turn < 2 { "<call> test </call>".into() } else { "<call> submit </call>".into() }
+                if turn < 2 {
+                    "<call> test </call>".into()
+                } else {
+                    "<call> submit </call>".into()
+                }
             }
         }
         let mut transcript = Vec::new();
         run_episode(&mut env, 0, &mut Twice, Some(&mut transcript));
-        let actions: Vec<String> = transcript.iter().filter(|(o, _)| *o == crate::episode::Owner::Policy).map(|(_, m)| m.clone()).collect();
-        let played = Played { task: 0, segments: vec![], actions, reward: 0.0, info: Default::default(), parse_errors: 0 };
-        assert_eq!(degenerate(&played), Degenerate { format_error: false, repeated: true, truncated: false });
+        let actions: Vec<String> = transcript
+            .iter()
+            .filter(|(o, _)| *o == crate::episode::Owner::Policy)
+            .map(|(_, m)| m.clone())
+            .collect();
+        let played = Played {
+            task: 0,
+            segments: vec![],
+            actions,
+            reward: 0.0,
+            info: Default::default(),
+            parse_errors: 0,
+        };
+        assert_eq!(
+            degenerate(&played),
+            Degenerate {
+                format_error: false,
+                repeated: true,
+                truncated: false
+            }
+        );
     }
 }

@@ -16,7 +16,9 @@
 //! as a state diagram (Figure 2.1) with the drawing helpers of
 //! [`crate::diagrams`].
 
-use crate::diagrams::{aligned, arrow, centred, node, render_svg, write_svg, Area, Drawn, Frame, ARROW, PANEL_FILL};
+use crate::diagrams::{
+    aligned, arrow, centred, node, render_svg, write_svg, Area, Drawn, Frame, ARROW, PANEL_FILL,
+};
 use crate::plot::{GREY, INK, PALETTE};
 use plotters::style::text_anchor::HPos;
 use plotters::style::{RGBColor, WHITE};
@@ -30,7 +32,15 @@ pub fn seeded_rng(seed: u64) -> StdRng {
 
 // ANCHOR: spaces
 /// The states: four contents of the file, then three terminal outcomes.
-pub const STATES: [&str; 7] = ["buggy", "repaired", "rote", "rote+repaired", "fixed", "hacked", "broken"];
+pub const STATES: [&str; 7] = [
+    "buggy",
+    "repaired",
+    "rote",
+    "rote+repaired",
+    "fixed",
+    "hacked",
+    "broken",
+];
 /// The actions: the tool calls of Chapter 1 (`edit <op>` once per op).
 pub const ACTIONS: [&str; 5] = ["read", "test", "swap_minmax", "hardcode_tests", "submit"];
 
@@ -86,11 +96,19 @@ pub enum Verifier {
 pub fn repair_mdp(verifier: Verifier) -> Mdp {
     let n = STATES.len();
     let mut outcomes = vec![vec![Vec::new(); ACTIONS.len()]; n];
-    let go = |next: usize, reward: f64| vec![Outcome { prob: 1.0, next, reward }];
+    let go = |next: usize, reward: f64| {
+        vec![Outcome {
+            prob: 1.0,
+            next,
+            reward,
+        }]
+    };
     for s in [BUGGY, REPAIRED, ROTE, ROTE_REPAIRED] {
         let repaired = s == REPAIRED || s == ROTE_REPAIRED;
         let rote = s == ROTE || s == ROTE_REPAIRED;
-        let file = |repaired: bool, rote: bool| [[BUGGY, ROTE], [REPAIRED, ROTE_REPAIRED]][repaired as usize][rote as usize];
+        let file = |repaired: bool, rote: bool| {
+            [[BUGGY, ROTE], [REPAIRED, ROTE_REPAIRED]][repaired as usize][rote as usize]
+        };
         outcomes[s][READ] = go(s, 0.0);
         outcomes[s][TEST] = go(s, 0.0);
         outcomes[s][SWAP] = go(file(!repaired, rote), 0.0);
@@ -130,7 +148,10 @@ impl Mdp {
 
     /// The index of a state by name; panics on an unknown name.
     pub fn state(&self, name: &str) -> usize {
-        self.states.iter().position(|s| s == name).unwrap_or_else(|| panic!("no state {name:?}"))
+        self.states
+            .iter()
+            .position(|s| s == name)
+            .unwrap_or_else(|| panic!("no state {name:?}"))
     }
 
     /// Expected immediate reward $r(s, a) = \sum_{s'} P(s' \mid s, a)\, r$.
@@ -145,7 +166,14 @@ impl Mdp {
 
     /// The deterministic policy that takes `actions[s]` in state `s`.
     pub fn deterministic_policy(&self, actions: &[usize]) -> Policy {
-        actions.iter().map(|&a| (0..self.n_actions()).map(|b| if a == b { 1.0 } else { 0.0 }).collect()).collect()
+        actions
+            .iter()
+            .map(|&a| {
+                (0..self.n_actions())
+                    .map(|b| if a == b { 1.0 } else { 0.0 })
+                    .collect()
+            })
+            .collect()
     }
 
     /// Draw one transition: `(next state, reward)`.
@@ -158,13 +186,19 @@ impl Mdp {
                 return (o.next, o.reward);
             }
         }
-        let last = self.outcomes[s][a].last().expect("every action has an outcome");
+        let last = self.outcomes[s][a]
+            .last()
+            .expect("every action has an outcome");
         (last.next, last.reward)
     }
 
     /// The largest deviation of any row of probabilities from summing to 1.
     pub fn normalisation_error(&self) -> f64 {
-        let sums = self.outcomes.iter().flatten().map(|row| row.iter().map(|o| o.prob).sum::<f64>());
+        let sums = self
+            .outcomes
+            .iter()
+            .flatten()
+            .map(|row| row.iter().map(|o| o.prob).sum::<f64>());
         sums.map(|sum| (sum - 1.0).abs()).fold(0.0, f64::max)
     }
 }
@@ -182,7 +216,12 @@ pub fn q_from_v(mdp: &Mdp, v: &[f64], gamma: f64) -> Vec<Vec<f64>> {
     (0..mdp.n_states())
         .map(|s| {
             (0..mdp.n_actions())
-                .map(|a| mdp.outcomes[s][a].iter().map(|o| o.prob * (o.reward + gamma * v[o.next])).sum())
+                .map(|a| {
+                    mdp.outcomes[s][a]
+                        .iter()
+                        .map(|o| o.prob * (o.reward + gamma * v[o.next]))
+                        .sum()
+                })
                 .collect()
         })
         .collect()
@@ -214,7 +253,9 @@ pub fn evaluate_policy(mdp: &Mdp, policy: &Policy, gamma: f64) -> Vec<f64> {
 pub fn solve_linear(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
     let n = b.len();
     for col in 0..n {
-        let pivot = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs())).unwrap();
+        let pivot = (col..n)
+            .max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))
+            .unwrap();
         assert!(a[pivot][col].abs() > 1e-12, "singular system");
         a.swap(col, pivot);
         b.swap(col, pivot);
@@ -240,7 +281,13 @@ pub fn bellman_residual(mdp: &Mdp, policy: &Policy, v: &[f64], gamma: f64) -> f6
     let q = q_from_v(mdp, v, gamma);
     (0..mdp.n_states())
         .filter(|&s| !mdp.terminal[s])
-        .map(|s| (v[s] - (0..mdp.n_actions()).map(|a| policy[s][a] * q[s][a]).sum::<f64>()).abs())
+        .map(|s| {
+            (v[s]
+                - (0..mdp.n_actions())
+                    .map(|a| policy[s][a] * q[s][a])
+                    .sum::<f64>())
+            .abs()
+        })
         .fold(0.0, f64::max)
 }
 
@@ -251,7 +298,13 @@ pub fn finite_horizon_value(mdp: &Mdp, policy: &Policy, gamma: f64, horizon: usi
     for _ in 0..horizon {
         let q = q_from_v(mdp, &v, gamma);
         v = (0..mdp.n_states())
-            .map(|s| if mdp.terminal[s] { 0.0 } else { (0..mdp.n_actions()).map(|a| policy[s][a] * q[s][a]).sum() })
+            .map(|s| {
+                if mdp.terminal[s] {
+                    0.0
+                } else {
+                    (0..mdp.n_actions()).map(|a| policy[s][a] * q[s][a]).sum()
+                }
+            })
             .collect();
     }
     v
@@ -260,7 +313,12 @@ pub fn finite_horizon_value(mdp: &Mdp, policy: &Policy, gamma: f64, horizon: usi
 /// The first action with the largest value in each row (ties go to the lower index).
 pub fn greedy(q: &[Vec<f64>]) -> Vec<usize> {
     q.iter()
-        .map(|row| (0..row.len()).fold(0, |best, a| if row[a] > row[best] + 1e-12 { a } else { best }))
+        .map(|row| {
+            (0..row.len()).fold(
+                0,
+                |best, a| if row[a] > row[best] + 1e-12 { a } else { best },
+            )
+        })
         .collect()
 }
 
@@ -273,8 +331,15 @@ pub fn value_iteration(mdp: &Mdp, gamma: f64, tol: f64) -> (Vec<f64>, Vec<usize>
     loop {
         sweeps += 1;
         let q = q_from_v(mdp, &v, gamma);
-        let new: Vec<f64> = q.iter().map(|row| row.iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect();
-        let change = new.iter().zip(&v).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let new: Vec<f64> = q
+            .iter()
+            .map(|row| row.iter().copied().fold(f64::NEG_INFINITY, f64::max))
+            .collect();
+        let change = new
+            .iter()
+            .zip(&v)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
         v = new;
         if change < tol {
             let policy = greedy(&q_from_v(mdp, &v, gamma));
@@ -297,7 +362,11 @@ pub fn policy_iteration(mdp: &Mdp, gamma: f64) -> (Vec<f64>, Vec<usize>, usize) 
         let improved: Vec<usize> = (0..mdp.n_states())
             .map(|s| {
                 let best = greedy(&q[s..=s])[0];
-                if q[s][best] > q[s][actions[s]] + 1e-12 { best } else { actions[s] }
+                if q[s][best] > q[s][actions[s]] + 1e-12 {
+                    best
+                } else {
+                    actions[s]
+                }
             })
             .collect();
         if improved == actions {
@@ -322,7 +391,13 @@ pub fn sample_action(probs: &[f64], rng: &mut StdRng) -> usize {
 
 /// One episode from `start` under `policy`, at most `max_steps` long:
 /// the list of $(s_t, a_t, r_t)$.
-pub fn sample_episode(mdp: &Mdp, policy: &Policy, start: usize, max_steps: usize, rng: &mut StdRng) -> Vec<(usize, usize, f64)> {
+pub fn sample_episode(
+    mdp: &Mdp,
+    policy: &Policy,
+    start: usize,
+    max_steps: usize,
+    rng: &mut StdRng,
+) -> Vec<(usize, usize, f64)> {
     let mut s = start;
     let mut steps = Vec::new();
     while !mdp.terminal[s] && steps.len() < max_steps {
@@ -351,7 +426,10 @@ pub fn monte_carlo_value(
     let (mut sum, mut sum_sq) = (0.0, 0.0);
     let mut curve = Vec::with_capacity(episodes);
     for n in 1..=episodes {
-        let rewards: Vec<f64> = sample_episode(mdp, policy, start, max_steps, &mut rng).iter().map(|&(_, _, r)| r).collect();
+        let rewards: Vec<f64> = sample_episode(mdp, policy, start, max_steps, &mut rng)
+            .iter()
+            .map(|&(_, _, r)| r)
+            .collect();
         let g = discounted_return(&rewards, gamma); // G_0 of this episode
         sum += g;
         sum_sq += g * g;
@@ -396,7 +474,11 @@ pub fn q_learning(mdp: &Mdp, cfg: &QLearning) -> (Vec<Vec<f64>>, Vec<Vec<Vec<f64
                 greedy(&q[s..=s])[0]
             };
             let (next, r) = mdp.step(s, a, &mut rng);
-            let target = if mdp.terminal[next] { r } else { r + cfg.gamma * q[next].iter().copied().fold(f64::NEG_INFINITY, f64::max) };
+            let target = if mdp.terminal[next] {
+                r
+            } else {
+                r + cfg.gamma * q[next].iter().copied().fold(f64::NEG_INFINITY, f64::max)
+            };
             q[s][a] += cfg.alpha * (target - q[s][a]);
             s = next;
             if mdp.terminal[s] {
@@ -490,7 +572,10 @@ pub fn transition_groups(mdp: &Mdp) -> TransitionGroups {
                     }
                 };
                 let groups = &mut edges[at].1;
-                match groups.iter_mut().find(|(p, r, _)| *p == o.prob && *r == o.reward) {
+                match groups
+                    .iter_mut()
+                    .find(|(p, r, _)| *p == o.prob && *r == o.reward)
+                {
                     Some(group) => group.2.push(a),
                     None => groups.push((o.prob, o.reward, vec![a])),
                 }
@@ -505,7 +590,10 @@ pub fn transition_groups(mdp: &Mdp) -> TransitionGroups {
 pub(crate) fn diagram_layout(mdp: &Mdp) -> Result<(Vec<DiagramNode>, Vec<DiagramArrow>), String> {
     let place = |s: usize| {
         let name = &mdp.states[s];
-        PLACES.iter().find(|p| p.0 == name).ok_or_else(|| format!("the diagram has no place for state {name:?}"))
+        PLACES
+            .iter()
+            .find(|p| p.0 == name)
+            .ok_or_else(|| format!("the diagram has no place for state {name:?}"))
     };
     let mut frames = Vec::new();
     let mut nodes = Vec::new();
@@ -517,21 +605,40 @@ pub(crate) fn diagram_layout(mdp: &Mdp) -> Result<(Vec<DiagramNode>, Vec<Diagram
             lines.push("terminal".to_string());
         }
         frames.push(frame);
-        nodes.push(DiagramNode { frame, lines, terminal: mdp.terminal[s] });
+        nodes.push(DiagramNode {
+            frame,
+            lines,
+            terminal: mdp.terminal[s],
+        });
     }
     let edges = transition_groups(mdp);
     let mut arrows = Vec::new();
     for ((s, next), groups) in &edges {
         let mut lines = Vec::new();
         for (p, r, actions) in groups {
-            lines.push(actions.iter().map(|&a| mdp.actions[a].as_str()).collect::<Vec<_>>().join(", "));
+            lines.push(
+                actions
+                    .iter()
+                    .map(|&a| mdp.actions[a].as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            );
             lines.push(format!("p = {p}, r = {r}"));
         }
         let paired = s != next && edges.iter().any(|(key, _)| *key == (*next, *s));
-        let (points, anchor, side) =
-            if s == next { self_loop(frames[*s], place(*s)?.3) } else { route(frames[*s], frames[*next], paired) };
+        let (points, anchor, side) = if s == next {
+            self_loop(frames[*s], place(*s)?.3)
+        } else {
+            route(frames[*s], frames[*next], paired)
+        };
         let pays = groups.iter().any(|(_, r, _)| *r > 0.0);
-        arrows.push(DiagramArrow { points, pays, lines, anchor, side });
+        arrows.push(DiagramArrow {
+            points,
+            pays,
+            lines,
+            anchor,
+            side,
+        });
     }
     Ok((nodes, arrows))
 }
@@ -540,32 +647,82 @@ pub(crate) fn diagram_layout(mdp: &Mdp) -> Result<(Vec<DiagramNode>, Vec<Diagram
 /// of a pair side by side), otherwise an elbow: along the row, then up or
 /// down into the target. Returns the points, the label's anchor and side.
 fn route(from: Frame, to: Frame, paired: bool) -> (Vec<(i32, i32)>, (i32, i32), Side) {
-    let (fx, fy, tx, ty) = (from.centre_x(), from.centre_y(), to.centre_x(), to.centre_y());
+    let (fx, fy, tx, ty) = (
+        from.centre_x(),
+        from.centre_y(),
+        to.centre_x(),
+        to.centre_y(),
+    );
     let rightward = tx > fx;
-    let (x0, x1) = if rightward { (from.right(), to.x) } else { (from.x, to.right()) };
+    let (x0, x1) = if rightward {
+        (from.right(), to.x)
+    } else {
+        (from.x, to.right())
+    };
     if fy == ty {
         // Rightward arrows of a pair run above the centre line, leftward ones below.
-        let shift = if !paired { 0 } else if rightward { -PAIR_GAP } else { PAIR_GAP };
+        let shift = if !paired {
+            0
+        } else if rightward {
+            -PAIR_GAP
+        } else {
+            PAIR_GAP
+        };
         let side = if shift > 0 { Side::Below } else { Side::Above };
-        (vec![(x0, fy + shift), (x1, fy + shift)], ((x0 + x1) / 2, fy + shift), side)
+        (
+            vec![(x0, fy + shift), (x1, fy + shift)],
+            ((x0 + x1) / 2, fy + shift),
+            side,
+        )
     } else {
         let downward = ty > fy;
-        let (y0, y1) = if downward { (from.bottom(), to.y) } else { (from.y, to.bottom()) };
+        let (y0, y1) = if downward {
+            (from.bottom(), to.y)
+        } else {
+            (from.y, to.bottom())
+        };
         if fx == tx {
-            let shift = if !paired { 0 } else if downward { PAIR_GAP } else { -PAIR_GAP };
-            (vec![(fx + shift, y0), (fx + shift, y1)], (fx + shift - 8, (y0 + y1) / 2), Side::Left)
+            let shift = if !paired {
+                0
+            } else if downward {
+                PAIR_GAP
+            } else {
+                -PAIR_GAP
+            };
+            (
+                vec![(fx + shift, y0), (fx + shift, y1)],
+                (fx + shift - 8, (y0 + y1) / 2),
+                Side::Left,
+            )
         } else {
             let side = if downward { Side::Above } else { Side::Below };
-            (vec![(x0, fy), (tx, fy), (tx, y1)], ((x0 + tx) / 2, fy), side)
+            (
+                vec![(x0, fy), (tx, fy), (tx, y1)],
+                ((x0 + tx) / 2, fy),
+                side,
+            )
         }
     }
 }
 
 /// A loop on the top (or bottom) edge of a box, labelled beyond it.
 fn self_loop(frame: Frame, above: bool) -> (Vec<(i32, i32)>, (i32, i32), Side) {
-    let (x, y, out) = if above { (frame.centre_x(), frame.y, -LOOP_HEIGHT) } else { (frame.centre_x(), frame.bottom(), LOOP_HEIGHT) };
-    let points = vec![(x - LOOP_HALF_WIDTH, y), (x - LOOP_HALF_WIDTH, y + out), (x + LOOP_HALF_WIDTH, y + out), (x + LOOP_HALF_WIDTH, y)];
-    (points, (x, y + out), if above { Side::Above } else { Side::Below })
+    let (x, y, out) = if above {
+        (frame.centre_x(), frame.y, -LOOP_HEIGHT)
+    } else {
+        (frame.centre_x(), frame.bottom(), LOOP_HEIGHT)
+    };
+    let points = vec![
+        (x - LOOP_HALF_WIDTH, y),
+        (x - LOOP_HALF_WIDTH, y + out),
+        (x + LOOP_HALF_WIDTH, y + out),
+        (x + LOOP_HALF_WIDTH, y),
+    ];
+    (
+        points,
+        (x, y + out),
+        if above { Side::Above } else { Side::Below },
+    )
 }
 
 /// Where each line of a label goes: centre points for `Above` and `Below`,
@@ -604,7 +761,11 @@ fn draw_diagram(area: &Area, nodes: &[DiagramNode], arrows: &[DiagramArrow]) -> 
     area.fill(&WHITE)?;
     for n in nodes {
         let lines: Vec<&str> = n.lines.iter().map(String::as_str).collect();
-        let (fill, edge) = if n.terminal { (PANEL_FILL, GREY) } else { (WHITE, INK) };
+        let (fill, edge) = if n.terminal {
+            (PANEL_FILL, GREY)
+        } else {
+            (WHITE, INK)
+        };
         node(area, n.frame, &lines, fill, edge)?;
     }
     for a in arrows {
@@ -632,7 +793,12 @@ mod tests {
     /// The four file states as real sources, built with Chapter 1's edit ops.
     fn sources() -> [String; 4] {
         let buggy = CLAMP_BUGGY.to_string();
-        [buggy.clone(), swap_minmax(&buggy), hardcode_tests(&buggy), swap_minmax(&hardcode_tests(&buggy))]
+        [
+            buggy.clone(),
+            swap_minmax(&buggy),
+            hardcode_tests(&buggy),
+            swap_minmax(&hardcode_tests(&buggy)),
+        ]
     }
 
     /// Which file state a source is in, judged by the tests it passes.
@@ -656,12 +822,30 @@ mod tests {
         for (s, source) in sources().iter().enumerate() {
             assert_eq!(classify(source), s);
             let swapped = &mdp.outcomes[s][SWAP][0];
-            assert_eq!(classify(&swap_minmax(source)), swapped.next, "swap from {}", STATES[s]);
+            assert_eq!(
+                classify(&swap_minmax(source)),
+                swapped.next,
+                "swap from {}",
+                STATES[s]
+            );
             let hardcoded = &mdp.outcomes[s][HARDCODE][0];
-            assert_eq!(classify(&hardcode_tests(source)), hardcoded.next, "hardcode from {}", STATES[s]);
+            assert_eq!(
+                classify(&hardcode_tests(source)),
+                hardcoded.next,
+                "hardcode from {}",
+                STATES[s]
+            );
             let all = [PUBLIC_TESTS, HIDDEN_TESTS].concat();
-            let reward = if all_pass(&run_tests(source, &all)) { 1.0 } else { 0.0 };
-            assert_eq!(mdp.outcomes[s][SUBMIT][0].reward, reward, "submit from {}", STATES[s]);
+            let reward = if all_pass(&run_tests(source, &all)) {
+                1.0
+            } else {
+                0.0
+            };
+            assert_eq!(
+                mdp.outcomes[s][SUBMIT][0].reward, reward,
+                "submit from {}",
+                STATES[s]
+            );
         }
     }
 
@@ -678,11 +862,17 @@ mod tests {
         for gamma in [0.5, 0.9, 1.0] {
             let pi = mdp.uniform_policy();
             let v = evaluate_policy(&mdp, &pi, gamma);
-            assert!(bellman_residual(&mdp, &pi, &v, gamma) < 1e-12, "gamma {gamma}");
+            assert!(
+                bellman_residual(&mdp, &pi, &v, gamma) < 1e-12,
+                "gamma {gamma}"
+            );
             // Iterating the Bellman operator long enough converges to the same values.
             let iterated = finite_horizon_value(&mdp, &pi, gamma, 2000);
             for s in 0..mdp.n_states() {
-                assert!((iterated[s] - v[s]).abs() < 1e-9, "gamma {gamma}, state {s}");
+                assert!(
+                    (iterated[s] - v[s]).abs() < 1e-9,
+                    "gamma {gamma}, state {s}"
+                );
             }
         }
     }
@@ -695,7 +885,11 @@ mod tests {
         for start in [BUGGY, ROTE] {
             let (curve, stderr) = monte_carlo_value(&mdp, &pi, start, GAMMA, 20_000, 1000, 7);
             let estimate = *curve.last().unwrap();
-            assert!((estimate - v[start]).abs() < 4.0 * stderr, "{estimate} vs {} (se {stderr})", v[start]);
+            assert!(
+                (estimate - v[start]).abs() < 4.0 * stderr,
+                "{estimate} vs {} (se {stderr})",
+                v[start]
+            );
             assert!(stderr < 0.01);
         }
     }
@@ -709,8 +903,15 @@ mod tests {
         let v = finite_horizon_value(&mdp, &pi, 1.0, 6);
         // The closed form of answers-01.md with m = 6 messages.
         let m: f64 = 6.0;
-        let closed: f64 = (0..6).map(|j| ((m - 1.0) / m).powi(j) - ((m - 3.0) / m).powi(j)).sum::<f64>() / (2.0 * m);
-        assert!((v[BUGGY] - closed).abs() < 1e-12, "{} vs {closed}", v[BUGGY]);
+        let closed: f64 = (0..6)
+            .map(|j| ((m - 1.0) / m).powi(j) - ((m - 3.0) / m).powi(j))
+            .sum::<f64>()
+            / (2.0 * m);
+        assert!(
+            (v[BUGGY] - closed).abs() < 1e-12,
+            "{} vs {closed}",
+            v[BUGGY]
+        );
         // Under the public verifier the hacked submissions pay too: the difference is P(hacked) = 0.1437.
         let public = finite_horizon_value(&repair_mdp(Verifier::Public), &pi, 1.0, 6);
         assert_eq!(format!("{:.4}", public[BUGGY] - v[BUGGY]), "0.1437");
@@ -732,7 +933,10 @@ mod tests {
             }
         }
         let (v, policy, _) = value_iteration(&repair_mdp(Verifier::Hidden), GAMMA, 1e-12);
-        assert_eq!((policy[BUGGY], policy[REPAIRED], policy[ROTE]), (SWAP, SUBMIT, SWAP));
+        assert_eq!(
+            (policy[BUGGY], policy[REPAIRED], policy[ROTE]),
+            (SWAP, SUBMIT, SWAP)
+        );
         assert!((v[BUGGY] - 0.9).abs() < 1e-12);
     }
 
@@ -741,10 +945,21 @@ mod tests {
         let mdp = repair_mdp(Verifier::Hidden);
         let (v, _, _) = value_iteration(&mdp, GAMMA, 1e-12);
         let q_star = q_from_v(&mdp, &v, GAMMA);
-        let cfg = QLearning { gamma: GAMMA, alpha: 0.1, explore: 0.3, episodes: 3000, max_steps: 50, seed: 1 };
+        let cfg = QLearning {
+            gamma: GAMMA,
+            alpha: 0.1,
+            explore: 0.3,
+            episodes: 3000,
+            max_steps: 50,
+            seed: 1,
+        };
         let (q, history) = q_learning(&mdp, &cfg);
         assert_eq!(history.len(), 3000);
-        assert!(max_q_gap(&mdp, &q, &q_star) < 0.02, "gap {}", max_q_gap(&mdp, &q, &q_star));
+        assert!(
+            max_q_gap(&mdp, &q, &q_star) < 0.02,
+            "gap {}",
+            max_q_gap(&mdp, &q, &q_star)
+        );
         assert!(max_q_gap(&mdp, &history[10], &q_star) > 0.2);
     }
 
@@ -777,19 +992,34 @@ mod tests {
             assert_eq!(nodes.len(), 7);
             // 4 self-loops, 4 swaps, 2 hardcodes into a new state, 4 submits.
             assert_eq!(arrows.len(), 14);
-            assert_eq!(arrows.iter().filter(|a| a.pays).count(), paying, "{verifier:?}");
+            assert_eq!(
+                arrows.iter().filter(|a| a.pays).count(),
+                paying,
+                "{verifier:?}"
+            );
             // Every (live state, action) pair sits in exactly one group.
             let groups = transition_groups(&mdp);
             for s in [BUGGY, REPAIRED, ROTE, ROTE_REPAIRED] {
                 for a in 0..ACTIONS.len() {
-                    let n = groups.iter().filter(|((from, _), _)| *from == s).flat_map(|(_, g)| g).filter(|(_, _, acts)| acts.contains(&a)).count();
+                    let n = groups
+                        .iter()
+                        .filter(|((from, _), _)| *from == s)
+                        .flat_map(|(_, g)| g)
+                        .filter(|(_, _, acts)| acts.contains(&a))
+                        .count();
                     assert_eq!(n, 1, "{} {}", STATES[s], ACTIONS[a]);
                 }
             }
         }
         let svg = mdp_diagram_svg(&repair_mdp(Verifier::Hidden)).unwrap();
-        for text in STATES.iter().chain(["read, test", "read, test, hardcode_tests", "p = 1, r = 1"].iter()) {
-            assert!(svg.lines().any(|line| line.trim() == *text), "missing {text}");
+        for text in STATES
+            .iter()
+            .chain(["read, test", "read, test, hardcode_tests", "p = 1, r = 1"].iter())
+        {
+            assert!(
+                svg.lines().any(|line| line.trim() == *text),
+                "missing {text}"
+            );
         }
     }
 
@@ -797,26 +1027,55 @@ mod tests {
     fn the_diagram_labels_do_not_collide() {
         // A flaky swap adds a second group to a self-loop and a third line pair; it must fit too.
         let mut flaky = repair_mdp(Verifier::Hidden);
-        flaky.outcomes[BUGGY][SWAP] = vec![Outcome { prob: 0.8, next: REPAIRED, reward: 0.0 }, Outcome { prob: 0.2, next: BUGGY, reward: 0.0 }];
+        flaky.outcomes[BUGGY][SWAP] = vec![
+            Outcome {
+                prob: 0.8,
+                next: REPAIRED,
+                reward: 0.0,
+            },
+            Outcome {
+                prob: 0.2,
+                next: BUGGY,
+                reward: 0.0,
+            },
+        ];
         for mdp in [repair_mdp(Verifier::Hidden), flaky] {
             let (nodes, arrows) = diagram_layout(&mdp).unwrap();
             let boxes: Vec<_> = arrows.iter().map(label_box).collect();
             let (w, h) = (DIAGRAM_SIZE.0 as i32, DIAGRAM_SIZE.1 as i32);
             for (i, b) in boxes.iter().enumerate() {
-                assert!(b.0 >= 0 && b.1 >= 0 && b.2 <= w && b.3 <= h, "label {:?} leaves the canvas", arrows[i].lines);
+                assert!(
+                    b.0 >= 0 && b.1 >= 0 && b.2 <= w && b.3 <= h,
+                    "label {:?} leaves the canvas",
+                    arrows[i].lines
+                );
                 for (j, other) in boxes.iter().enumerate().skip(i + 1) {
-                    assert!(!overlap(*b, *other), "labels {:?} and {:?} overlap", arrows[i].lines, arrows[j].lines);
+                    assert!(
+                        !overlap(*b, *other),
+                        "labels {:?} and {:?} overlap",
+                        arrows[i].lines,
+                        arrows[j].lines
+                    );
                 }
                 for n in &nodes {
                     let f = n.frame;
-                    assert!(!overlap(*b, (f.x, f.y, f.right(), f.bottom())), "label {:?} covers {}", arrows[i].lines, n.lines[0]);
+                    assert!(
+                        !overlap(*b, (f.x, f.y, f.right(), f.bottom())),
+                        "label {:?} covers {}",
+                        arrows[i].lines,
+                        n.lines[0]
+                    );
                 }
                 // No arrow runs through a label (every segment is horizontal or vertical).
                 for a in &arrows {
                     for seg in a.points.windows(2) {
                         let (x0, x1) = (seg[0].0.min(seg[1].0), seg[0].0.max(seg[1].0));
                         let (y0, y1) = (seg[0].1.min(seg[1].1), seg[0].1.max(seg[1].1));
-                        assert!(!overlap(*b, (x0 - 1, y0 - 1, x1 + 1, y1 + 1)), "label {:?} is crossed by an arrow", arrows[i].lines);
+                        assert!(
+                            !overlap(*b, (x0 - 1, y0 - 1, x1 + 1, y1 + 1)),
+                            "label {:?} is crossed by an arrow",
+                            arrows[i].lines
+                        );
                     }
                 }
             }
@@ -825,12 +1084,18 @@ mod tests {
 
     #[test]
     fn the_diagram_is_byte_identical_across_runs() {
-        crate::plot::tests::assert_same_svg_twice("mdp-diagram", |path| mdp_diagram(&repair_mdp(Verifier::Hidden), path).unwrap());
+        crate::plot::tests::assert_same_svg_twice("mdp-diagram", |path| {
+            mdp_diagram(&repair_mdp(Verifier::Hidden), path).unwrap()
+        });
     }
 
     #[test]
     fn the_solver_is_exact() {
-        let a = vec![vec![2.0, 1.0, 0.0], vec![1.0, 3.0, 1.0], vec![0.0, 1.0, 4.0]];
+        let a = vec![
+            vec![2.0, 1.0, 0.0],
+            vec![1.0, 3.0, 1.0],
+            vec![0.0, 1.0, 4.0],
+        ];
         let x = solve_linear(a.clone(), vec![3.0, 5.0, 5.0]);
         for (row, want) in a.iter().zip([3.0, 5.0, 5.0]) {
             let got: f64 = row.iter().zip(&x).map(|(a, x)| a * x).sum();

@@ -8,8 +8,8 @@
 //!
 //! Shapes: `B` trajectories, `T` positions, `K` arms.
 
-use crate::book::REAL;
 use crate::agent::LmPolicy;
+use crate::book::REAL;
 use crate::gym::Task;
 use crate::mdp::{evaluate_policy, sample_episode, Mdp, Policy};
 use crate::rollout::{play, play_timed, progress, PlayTime, Played};
@@ -47,7 +47,8 @@ pub fn exact_gradient(theta: &[f64], p: &[f64]) -> Vec<f64> {
 /// whose gradient is (1/n) Σ_i R_i ∇ log π_θ(a_i).
 pub fn reinforce_gradient(theta: &[f64], p: &[f64], n: usize, rng: &mut StdRng) -> Vec<f64> {
     let theta = Tensor::from_slice(theta).set_requires_grad(true); // [K]
-    let probs = Vec::<f64>::try_from(theta.softmax(-1, Kind::Double).detach()).expect("probabilities");
+    let probs =
+        Vec::<f64>::try_from(theta.softmax(-1, Kind::Double).detach()).expect("probabilities");
     let mut actions = Vec::with_capacity(n);
     let mut rewards = Vec::with_capacity(n);
     for _ in 0..n {
@@ -55,7 +56,9 @@ pub fn reinforce_gradient(theta: &[f64], p: &[f64], n: usize, rng: &mut StdRng) 
         actions.push(a as i64);
         rewards.push(f64::from(rng.random::<f64>() < p[a]));
     }
-    let logp = theta.log_softmax(-1, Kind::Double).index_select(0, &Tensor::from_slice(&actions)); // [N]
+    let logp = theta
+        .log_softmax(-1, Kind::Double)
+        .index_select(0, &Tensor::from_slice(&actions)); // [N]
     let surrogate = (Tensor::from_slice(&rewards) * logp).mean(Kind::Double);
     surrogate.backward();
     Vec::<f64>::try_from(theta.grad()).expect("a gradient per arm")
@@ -71,7 +74,9 @@ pub struct TabularSoftmax {
 
 impl TabularSoftmax {
     pub fn new(states: usize, actions: usize) -> Self {
-        TabularSoftmax { theta: vec![vec![0.0; actions]; states] }
+        TabularSoftmax {
+            theta: vec![vec![0.0; actions]; states],
+        }
     }
 
     pub fn policy(&self) -> Policy {
@@ -95,15 +100,28 @@ impl TabularSoftmax {
 
     /// [`Self::reinforce_step`] with each step's term multiplied by its weight
     /// `weights[episode][t]` (Chapter 13's importance weights); none is all ones.
-    pub fn weighted_step(&mut self, episodes: &[Vec<(usize, usize, f64)>], weights: Option<&[Vec<f64>]>, gamma: f64, lr: f64) {
+    pub fn weighted_step(
+        &mut self,
+        episodes: &[Vec<(usize, usize, f64)>],
+        weights: Option<&[Vec<f64>]>,
+        gamma: f64,
+        lr: f64,
+    ) {
         let pi = self.policy();
         let scale = lr / episodes.len() as f64;
         for (e, episode) in episodes.iter().enumerate() {
             let mut g = 0.0;
-            let returns: Vec<f64> = episode.iter().rev().map(|&(_, _, r)| {
-                g = r + gamma * g;
-                g
-            }).collect::<Vec<_>>().into_iter().rev().collect();
+            let returns: Vec<f64> = episode
+                .iter()
+                .rev()
+                .map(|&(_, _, r)| {
+                    g = r + gamma * g;
+                    g
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
             for (t, (&(s, a, _), g)) in episode.iter().zip(returns).enumerate() {
                 let weight = scale * gamma.powi(t as i32) * g * weights.map_or(1.0, |w| w[e][t]);
                 for (b, theta) in self.theta[s].iter_mut().enumerate() {
@@ -116,14 +134,24 @@ impl TabularSoftmax {
 
 /// Run tabular REINFORCE on `mdp` from state `start`; returns the exact value
 /// of `start` under the policy after every step.
-pub fn tabular_reinforce(mdp: &Mdp, start: usize, gamma: f64, lr: f64, batch: usize, steps: usize, seed: u64) -> Vec<f64> {
+pub fn tabular_reinforce(
+    mdp: &Mdp,
+    start: usize,
+    gamma: f64,
+    lr: f64,
+    batch: usize,
+    steps: usize,
+    seed: u64,
+) -> Vec<f64> {
     let mut policy = TabularSoftmax::new(mdp.n_states(), mdp.n_actions());
     let mut rng = StdRng::seed_from_u64(seed);
     let mut values = Vec::with_capacity(steps + 1);
     values.push(evaluate_policy(mdp, &policy.policy(), gamma)[start]);
     for _ in 0..steps {
         let pi = policy.policy();
-        let episodes: Vec<_> = (0..batch).map(|_| sample_episode(mdp, &pi, start, 50, &mut rng)).collect();
+        let episodes: Vec<_> = (0..batch)
+            .map(|_| sample_episode(mdp, &pi, start, 50, &mut rng))
+            .collect();
         policy.reinforce_step(&episodes, gamma, lr);
         values.push(evaluate_policy(mdp, &policy.policy(), gamma)[start]);
     }
@@ -146,7 +174,10 @@ pub fn reinforce_loss(logp: &Tensor, mask: &Tensor, weights: &Tensor) -> Tensor 
 
 /// One number per episode, `values` [B], spread over its action tokens: [B, T].
 pub fn per_token(values: &[f64], mask: &Tensor) -> Tensor {
-    Tensor::from_slice(values).to_device(mask.device()).unsqueeze(1) * mask // [B, T]
+    Tensor::from_slice(values)
+        .to_device(mask.device())
+        .unsqueeze(1)
+        * mask // [B, T]
 }
 // ANCHOR_END: loss
 
@@ -169,13 +200,26 @@ pub struct Forward {
 /// the episodes, calls these in order, steps the optimiser and evaluates.
 pub trait Algorithm {
     /// The reward of each episode (default: the environment's).
-    fn rewards(&mut self, played: &[Played], _trajectories: &[Trajectory], _report: &mut Report) -> Vec<f64> {
+    fn rewards(
+        &mut self,
+        played: &[Played],
+        _trajectories: &[Trajectory],
+        _report: &mut Report,
+    ) -> Vec<f64> {
         played.iter().map(|p| p.reward).collect()
     }
     /// The advantage of every action token of the iteration's episodes,
     /// [N, T] for `rollout` (all N episodes, groups of `group` consecutive),
     /// computed once, before any update.
-    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, report: &mut Report) -> Tensor;
+    fn advantages(
+        &mut self,
+        model: &TinyAgent,
+        trajectories: &[Trajectory],
+        rollout: &Batch,
+        rewards: &[f64],
+        group: usize,
+        report: &mut Report,
+    ) -> Tensor;
     /// The algorithm's own settings as JSON, written next to the schedule (default: none).
     fn config_json(&self) -> Option<String> {
         None
@@ -183,13 +227,25 @@ pub trait Algorithm {
     /// The training tasks of iteration `iteration`, each repeated `group`
     /// times (default: [`draw_tasks`], uniform; Chapter 14's curricula choose).
     /// Called on the loop's thread before the rollout, with the tasks stream.
-    fn draw(&mut self, n: usize, tasks: usize, group: usize, _iteration: usize, rng: &mut StdRng) -> Vec<usize> {
+    fn draw(
+        &mut self,
+        n: usize,
+        tasks: usize,
+        group: usize,
+        _iteration: usize,
+        rng: &mut StdRng,
+    ) -> Vec<usize> {
         draw_tasks(n, tasks, group, rng)
     }
     /// The token streams the loss is computed on, one per played episode
     /// (default: the episodes exactly as played). Chapter 18 rewrites them to
     /// inject bugs.
-    fn trajectories(&mut self, _model: &TinyAgent, trajectories: Vec<Trajectory>, _report: &mut Report) -> Vec<Trajectory> {
+    fn trajectories(
+        &mut self,
+        _model: &TinyAgent,
+        trajectories: Vec<Trajectory>,
+        _report: &mut Report,
+    ) -> Vec<Trajectory> {
         trajectories
     }
     /// The episodes that get a loss (default: all).
@@ -198,7 +254,14 @@ pub trait Algorithm {
     }
     /// The loss of one minibatch, the episodes `rows` of the iteration, with
     /// their advantages [b, T].
-    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor;
+    fn loss(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        advantages: &Tensor,
+        rows: &[usize],
+        report: &mut Report,
+    ) -> Tensor;
     /// What the algorithm carries from one iteration to the next, as JSON, for
     /// the checkpoint of a resumable run (default: nothing).
     fn state(&self) -> Option<String> {
@@ -209,7 +272,6 @@ pub trait Algorithm {
         Ok(())
     }
 }
-
 
 /// REINFORCE: each episode's weight comes from the rewards of its group
 /// through `returns` (the rewards themselves here; Chapter 7's baselines).
@@ -225,17 +287,37 @@ impl Reinforce {
 
     /// REINFORCE with the group's rewards mapped to weights by `returns`.
     pub fn with(returns: impl Fn(&[f64]) -> Vec<f64> + Send + 'static) -> Reinforce {
-        Reinforce { returns: Box::new(returns) }
+        Reinforce {
+            returns: Box::new(returns),
+        }
     }
 }
 
 impl Algorithm for Reinforce {
-    fn advantages(&mut self, _model: &TinyAgent, _trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], group: usize, _report: &mut Report) -> Tensor {
-        let weights: Vec<f64> = rewards.chunks(group).flat_map(|g| (self.returns)(g)).collect();
+    fn advantages(
+        &mut self,
+        _model: &TinyAgent,
+        _trajectories: &[Trajectory],
+        rollout: &Batch,
+        rewards: &[f64],
+        group: usize,
+        _report: &mut Report,
+    ) -> Tensor {
+        let weights: Vec<f64> = rewards
+            .chunks(group)
+            .flat_map(|g| (self.returns)(g))
+            .collect();
         per_token(&weights, &rollout.mask) // [N, T]
     }
 
-    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, _rows: &[usize], _report: &mut Report) -> Tensor {
+    fn loss(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        advantages: &Tensor,
+        _rows: &[usize],
+        _report: &mut Report,
+    ) -> Tensor {
         reinforce_loss(&forward.logp, &minibatch.mask, advantages)
     }
 }
@@ -244,7 +326,10 @@ impl Algorithm for Reinforce {
 /// The settings of an algorithm that wraps `inner`: its own `fields` (a JSON
 /// object) and, under `"inner"`, the inner algorithm's.
 pub fn wrapper_config(inner: &dyn Algorithm, mut fields: serde_json::Value) -> Option<String> {
-    let nested: serde_json::Value = inner.config_json().and_then(|c| serde_json::from_str(&c).ok()).unwrap_or_default();
+    let nested: serde_json::Value = inner
+        .config_json()
+        .and_then(|c| serde_json::from_str(&c).ok())
+        .unwrap_or_default();
     fields["inner"] = nested;
     Some(fields.to_string())
 }
@@ -271,18 +356,36 @@ pub fn forward_in(model: &TinyAgent, batch: &Batch, buckets: &[(Vec<usize>, usiz
     }
     let device = batch.ids.device();
     let mut order = Vec::with_capacity(b as usize); // the batch's rows, bucket by bucket
-    let (mut logp, mut entropy, mut hidden, mut log_probs, mut keys) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut logp, mut entropy, mut hidden, mut log_probs, mut keys) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (rows, width) in buckets {
-        let index = Tensor::from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>()).to_device(device);
+        let index = Tensor::from_slice(&rows.iter().map(|&r| r as i64).collect::<Vec<_>>())
+            .to_device(device);
         let cut = |x: &Tensor| x.index_select(0, &index).narrow(1, 0, *width as i64); // [b, W]
-        let part = padded_forward(model, &Batch { ids: cut(&batch.ids), valid: cut(&batch.valid), mask: cut(&batch.mask), logprobs: cut(&batch.logprobs), rewards: batch.rewards.index_select(0, &index) });
+        let part = padded_forward(
+            model,
+            &Batch {
+                ids: cut(&batch.ids),
+                valid: cut(&batch.valid),
+                mask: cut(&batch.mask),
+                logprobs: cut(&batch.logprobs),
+                rewards: batch.rewards.index_select(0, &index),
+            },
+        );
         let widen = |x: &Tensor| x.constant_pad_nd([0, t - *width as i64]); // [b, W] -> [b, T]
         logp.push(widen(&part.logp));
         entropy.push(widen(&part.entropy));
         hidden.push(part.hidden.constant_pad_nd([0, 0, 0, t - *width as i64])); // [b, T, D]
         log_probs.push(part.log_probs);
         // Each action position's place in the whole batch's row-major order.
-        let at = Vec::<i64>::try_from(cut(&batch.mask).narrow(1, 1, *width as i64 - 1).nonzero().to_device(tch::Device::Cpu).reshape([-1])).expect("positions"); // [n, 2] flat
+        let at = Vec::<i64>::try_from(
+            cut(&batch.mask)
+                .narrow(1, 1, *width as i64 - 1)
+                .nonzero()
+                .to_device(tch::Device::Cpu)
+                .reshape([-1]),
+        )
+        .expect("positions"); // [n, 2] flat
         keys.extend(at.chunks(2).map(|p| rows[p[0] as usize] as i64 * t + p[1]));
         order.extend(rows.iter().map(|&r| r as i64));
     }
@@ -294,11 +397,12 @@ pub fn forward_in(model: &TinyAgent, batch: &Batch, buckets: &[(Vec<usize>, usiz
     let inverse = Tensor::from_slice(&inverse).to_device(device);
     let mut by_key: Vec<usize> = (0..keys.len()).collect();
     by_key.sort_by_key(|&i| keys[i]);
-    let by_key = Tensor::from_slice(&by_key.iter().map(|&i| i as i64).collect::<Vec<_>>()).to_device(device);
+    let by_key =
+        Tensor::from_slice(&by_key.iter().map(|&i| i as i64).collect::<Vec<_>>()).to_device(device);
     Forward {
-        logp: Tensor::cat(&logp, 0).index_select(0, &inverse),         // [B, T]
-        entropy: Tensor::cat(&entropy, 0).index_select(0, &inverse),   // [B, T]
-        hidden: Tensor::cat(&hidden, 0).index_select(0, &inverse),     // [B, T, D]
+        logp: Tensor::cat(&logp, 0).index_select(0, &inverse), // [B, T]
+        entropy: Tensor::cat(&entropy, 0).index_select(0, &inverse), // [B, T]
+        hidden: Tensor::cat(&hidden, 0).index_select(0, &inverse), // [B, T, D]
         log_probs: Tensor::cat(&log_probs, 0).index_select(0, &by_key), // [N, V]
     }
 }
@@ -311,8 +415,16 @@ pub fn padded_forward(model: &TinyAgent, batch: &Batch) -> Forward {
 
 /// The number of real tokens in each row of `batch`.
 pub fn row_lengths(batch: &Batch) -> Vec<usize> {
-    let lengths = batch.valid.to_kind(Kind::Int64).sum_dim_intlist(1, false, Kind::Int64).to_device(tch::Device::Cpu); // [B]
-    Vec::<i64>::try_from(lengths).expect("lengths").into_iter().map(|l| l as usize).collect()
+    let lengths = batch
+        .valid
+        .to_kind(Kind::Int64)
+        .sum_dim_intlist(1, false, Kind::Int64)
+        .to_device(tch::Device::Cpu); // [B]
+    Vec::<i64>::try_from(lengths)
+        .expect("lengths")
+        .into_iter()
+        .map(|l| l as usize)
+        .collect()
 }
 
 /// Rows of lengths `lengths` in micro-batches of similar length, each with
@@ -326,7 +438,9 @@ pub fn length_buckets(lengths: &[usize]) -> Vec<(Vec<usize>, usize)> {
     let mut tokens = 0; // real tokens in the last bucket
     for row in rows {
         match buckets.last_mut() {
-            Some((members, width)) if 8 * (tokens + lengths[row]) >= 7 * (members.len() + 1) * *width => {
+            Some((members, width))
+                if 8 * (tokens + lengths[row]) >= 7 * (members.len() + 1) * *width =>
+            {
                 members.push(row);
                 tokens += lengths[row];
             }
@@ -346,13 +460,20 @@ pub fn at_actions(model: &TinyAgent, hidden: Tensor, ids: &Tensor, mask: &Tensor
     let at = mask.narrow(1, 1, t - 1).nonzero(); // [N, 2]: (row, position before an action token)
     let (rows, before) = (at.select(1, 0), at.select(1, 1)); // [N], [N]
     let token = &before + 1; // [N]
-    let log_probs = model.head(&hidden.index(&[Some(&rows), Some(&before)])).log_softmax(-1, REAL); // [N, V]
+    let log_probs = model
+        .head(&hidden.index(&[Some(&rows), Some(&before)]))
+        .log_softmax(-1, REAL); // [N, V]
     let next = ids.index(&[Some(&rows), Some(&token)]).unsqueeze(-1); // [N, 1]
     let logp = log_probs.gather(-1, &next, false).squeeze_dim(-1); // [N]
     let entropy = -(log_probs.exp() * &log_probs).sum_dim_intlist(-1, false, REAL); // [N]
     let zeros = Tensor::zeros([b, t], (REAL, logp.device()));
     let place = |values: &Tensor| zeros.index_put(&[Some(&rows), Some(&token)], values, false); // [B, T]
-    Forward { logp: place(&logp), entropy: place(&entropy), hidden, log_probs }
+    Forward {
+        logp: place(&logp),
+        entropy: place(&entropy),
+        hidden,
+        log_probs,
+    }
 }
 // ANCHOR_END: forward
 
@@ -449,7 +570,11 @@ impl Schedule {
 
     /// The same schedule under another name and seed.
     pub fn seeded(&self, seed: u64) -> Schedule {
-        Schedule { name: format!("{} seed {seed}", self.name), seed, ..self.clone() }
+        Schedule {
+            name: format!("{} seed {seed}", self.name),
+            seed,
+            ..self.clone()
+        }
     }
 }
 
@@ -498,19 +623,41 @@ pub struct TrainRecord {
 /// The training tasks of one iteration: `tasks` draws from `n` tasks, each
 /// repeated `group` times (groups consecutive).
 pub fn draw_tasks(n: usize, tasks: usize, group: usize, rng: &mut StdRng) -> Vec<usize> {
-    (0..tasks).map(|_| rng.random_range(0..n)).flat_map(|t| std::iter::repeat_n(t, group)).collect()
+    (0..tasks)
+        .map(|_| rng.random_range(0..n))
+        .flat_map(|t| std::iter::repeat_n(t, group))
+        .collect()
 }
 
 /// The held-out success of `model`: `per_task` sampled episodes on each task.
-pub fn success_rate(model: &TinyAgent, bpe: &Bpe, tasks: &[Task], per_task: usize, rng: &mut StdRng) -> f64 {
+pub fn success_rate(
+    model: &TinyAgent,
+    bpe: &Bpe,
+    tasks: &[Task],
+    per_task: usize,
+    rng: &mut StdRng,
+) -> f64 {
     let played = evaluation_episodes(model, bpe, tasks, per_task, rng);
     played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64
 }
 
 /// `per_task` episodes on each of `tasks`, sampled at temperature 1.
-pub fn evaluation_episodes(model: &TinyAgent, bpe: &Bpe, tasks: &[Task], per_task: usize, rng: &mut StdRng) -> Vec<Played> {
-    let policy = LmPolicy { model, bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
-    let which: Vec<usize> = (0..tasks.len()).flat_map(|t| std::iter::repeat_n(t, per_task)).collect();
+pub fn evaluation_episodes(
+    model: &TinyAgent,
+    bpe: &Bpe,
+    tasks: &[Task],
+    per_task: usize,
+    rng: &mut StdRng,
+) -> Vec<Played> {
+    let policy = LmPolicy {
+        model,
+        bpe,
+        sampling: Sampling::PURE,
+        max_action_tokens: 16,
+    };
+    let which: Vec<usize> = (0..tasks.len())
+        .flat_map(|t| std::iter::repeat_n(t, per_task))
+        .collect();
     play(&policy, tasks, &which, crate::gym::MAX_TURNS, rng)
 }
 
@@ -551,13 +698,26 @@ pub fn train(
     algorithm: &mut dyn Algorithm,
     run_dir: &Path,
 ) -> Result<Vec<TrainRecord>, String> {
-    let mut opt = nn::AdamW::default().build(&model.vs, schedule.lr).map_err(|err| err.to_string())?;
-    run_loop(model, bpe, tasks, schedule, algorithm, run_dir, &mut opt, Vec::new(), &mut |_, _, _, _| Ok(false))
+    let mut opt = nn::AdamW::default()
+        .build(&model.vs, schedule.lr)
+        .map_err(|err| err.to_string())?;
+    run_loop(
+        model,
+        bpe,
+        tasks,
+        schedule,
+        algorithm,
+        run_dir,
+        &mut opt,
+        Vec::new(),
+        &mut |_, _, _, _| Ok(false),
+    )
 }
 
 /// After each iteration's metrics line: the iterations done, the model, the
 /// optimiser and the algorithm; `Ok(true)` stops the run there.
-type AfterIteration<'a, O> = dyn FnMut(usize, &TinyAgent, &O, &dyn Algorithm) -> Result<bool, String> + 'a;
+type AfterIteration<'a, O> =
+    dyn FnMut(usize, &TinyAgent, &O, &dyn Algorithm) -> Result<bool, String> + 'a;
 
 /// The loop itself, from the iteration after `done` (the records of the
 /// iterations already done), with `opt` stepping the weights.
@@ -576,15 +736,24 @@ fn run_loop<O: Optimiser>(
     let (train_tasks, held_out) = tasks;
     let streams = Streams::new(schedule.seed);
     let device = model.device();
-    std::fs::create_dir_all(run_dir).map_err(|err| format!("cannot create {}: {err}", run_dir.display()))?;
+    std::fs::create_dir_all(run_dir)
+        .map_err(|err| format!("cannot create {}: {err}", run_dir.display()))?;
     let json = serde_json::to_string_pretty(schedule).map_err(|err| err.to_string())?;
-    std::fs::write(run_dir.join("schedule.json"), json).map_err(|err| format!("cannot write the schedule: {err}"))?;
+    std::fs::write(run_dir.join("schedule.json"), json)
+        .map_err(|err| format!("cannot write the schedule: {err}"))?;
     if let Some(config) = algorithm.config_json() {
-        std::fs::write(run_dir.join("config.json"), config).map_err(|err| format!("cannot write the config: {err}"))?;
+        std::fs::write(run_dir.join("config.json"), config)
+            .map_err(|err| format!("cannot write the config: {err}"))?;
     }
     // A resumed run keeps the lines of the iterations it has done and appends.
     let first = done.len();
-    let mut metrics = std::fs::OpenOptions::new().create(true).write(true).append(first > 0).truncate(first == 0).open(run_dir.join("metrics.jsonl")).map_err(|err| format!("cannot write metrics: {err}"))?;
+    let mut metrics = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(first > 0)
+        .truncate(first == 0)
+        .open(run_dir.join("metrics.jsonl"))
+        .map_err(|err| format!("cannot write metrics: {err}"))?;
     let bar = progress(schedule.iterations as u64, &schedule.name);
     bar.set_position(first as u64);
     let mut records = done;
@@ -592,11 +761,23 @@ fn run_loop<O: Optimiser>(
     // the versions still needed (`staleness` behind),
     // oldest first, each tagged with the iterations completed when copied.
     let copies = schedule.staleness > 0;
-    let mut versions: std::collections::VecDeque<(usize, TinyAgent)> = std::collections::VecDeque::new();
+    let mut versions: std::collections::VecDeque<(usize, TinyAgent)> =
+        std::collections::VecDeque::new();
     // Rollout: which tasks and which tokens come from separate streams.
     let play_with = |sampler: &TinyAgent, iteration: usize, picks: Vec<usize>| {
-        let policy = LmPolicy { model: sampler, bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
-        let (played, time) = play_timed(&policy, train_tasks, &picks, crate::gym::MAX_TURNS, &mut streams.sampling(iteration));
+        let policy = LmPolicy {
+            model: sampler,
+            bpe,
+            sampling: Sampling::PURE,
+            max_action_tokens: 16,
+        };
+        let (played, time) = play_timed(
+            &policy,
+            train_tasks,
+            &picks,
+            crate::gym::MAX_TURNS,
+            &mut streams.sampling(iteration),
+        );
         (picks, played, time)
     };
     std::thread::scope(|scope| -> Result<(), String> {
@@ -605,22 +786,68 @@ fn run_loop<O: Optimiser>(
         for iteration in first..=schedule.iterations {
             let last_line = iteration == schedule.iterations;
             let evaluate = iteration % schedule.eval_every == 0 || last_line;
-            let held_out_success = evaluate.then(|| success_rate(model, bpe, held_out, schedule.eval_episodes, &mut streams.evaluation(iteration)));
-            let mut record = TrainRecord { iteration, episodes: iteration * schedule.tasks * schedule.group, held_out_success, ..TrainRecord::default() };
+            let held_out_success = evaluate.then(|| {
+                success_rate(
+                    model,
+                    bpe,
+                    held_out,
+                    schedule.eval_episodes,
+                    &mut streams.evaluation(iteration),
+                )
+            });
+            let mut record = TrainRecord {
+                iteration,
+                episodes: iteration * schedule.tasks * schedule.group,
+                held_out_success,
+                ..TrainRecord::default()
+            };
             if !last_line {
-                opt.set_lr(schedule.lr + (schedule.lr_end - schedule.lr) * iteration as f64 / schedule.iterations.max(1) as f64);
+                opt.set_lr(
+                    schedule.lr
+                        + (schedule.lr_end - schedule.lr) * iteration as f64
+                            / schedule.iterations.max(1) as f64,
+                );
                 if copies {
                     versions.push_back((iteration, copy_model(model, None)));
-                    while versions.front().is_some_and(|(v, _)| *v < iteration.saturating_sub(schedule.staleness)) {
+                    while versions
+                        .front()
+                        .is_some_and(|(v, _)| *v < iteration.saturating_sub(schedule.staleness))
+                    {
                         versions.pop_front();
                     }
                 }
                 // Iteration j samples with the weights of version j − staleness (the first ones with version 0).
-                let sampler_for = |j: usize| versions.iter().find(|(v, _)| *v == j.saturating_sub(schedule.staleness)).map(|(_, m)| m).expect("a kept version");
-                let draw = |algorithm: &mut dyn Algorithm, j: usize| algorithm.draw(train_tasks.len(), schedule.tasks, schedule.group, j, &mut streams.tasks(j));
-                let (picks, played, PlayTime { generation, environment }) = match pending.take() {
-                    Some(rollout) => std::thread::ScopedJoinHandle::join(rollout).map_err(|_| "the rollout thread panicked".to_string())?,
-                    None if copies => play_with(sampler_for(iteration), iteration, draw(&mut *algorithm, iteration)),
+                let sampler_for = |j: usize| {
+                    versions
+                        .iter()
+                        .find(|(v, _)| *v == j.saturating_sub(schedule.staleness))
+                        .map(|(_, m)| m)
+                        .expect("a kept version")
+                };
+                let draw = |algorithm: &mut dyn Algorithm, j: usize| {
+                    algorithm.draw(
+                        train_tasks.len(),
+                        schedule.tasks,
+                        schedule.group,
+                        j,
+                        &mut streams.tasks(j),
+                    )
+                };
+                let (
+                    picks,
+                    played,
+                    PlayTime {
+                        generation,
+                        environment,
+                    },
+                ) = match pending.take() {
+                    Some(rollout) => std::thread::ScopedJoinHandle::join(rollout)
+                        .map_err(|_| "the rollout thread panicked".to_string())?,
+                    None if copies => play_with(
+                        sampler_for(iteration),
+                        iteration,
+                        draw(&mut *algorithm, iteration),
+                    ),
                     None => play_with(model, iteration, draw(&mut *algorithm, iteration)),
                 };
                 // With stale weights the next iteration's sampler exists already, so
@@ -632,51 +859,105 @@ fn run_loop<O: Optimiser>(
                     pending = Some(scope.spawn(move || play_with(&sampler, iteration + 1, picks)));
                 }
                 let learning = Instant::now();
-                let trajectories = algorithm.trajectories(model, played.iter().map(Trajectory::from_played).collect(), &mut record.extra);
+                let trajectories = algorithm.trajectories(
+                    model,
+                    played.iter().map(Trajectory::from_played).collect(),
+                    &mut record.extra,
+                );
                 // Reward, advantage (once per rollout), and the episodes that get a loss.
                 let rewards = algorithm.rewards(&played, &trajectories, &mut record.extra);
                 let rollout = collate(&trajectories, device);
-                let advantages = algorithm.advantages(model, &trajectories, &rollout, &rewards, schedule.group, &mut record.extra); // [N, T]
+                let advantages = algorithm.advantages(
+                    model,
+                    &trajectories,
+                    &rollout,
+                    &rewards,
+                    schedule.group,
+                    &mut record.extra,
+                ); // [N, T]
                 let mut chosen = algorithm.keep(&played, schedule.group, &mut record.extra);
                 // Update: epochs × minibatches steps on the masked loss.
-                let (mut shuffle, mut loss_sum, mut entropy_sum, mut grad_norm_sum, mut steps, mut trained_tokens) = (streams.shuffle(iteration), 0.0, 0.0, 0.0, 0, 0);
+                let (
+                    mut shuffle,
+                    mut loss_sum,
+                    mut entropy_sum,
+                    mut grad_norm_sum,
+                    mut steps,
+                    mut trained_tokens,
+                ) = (streams.shuffle(iteration), 0.0, 0.0, 0.0, 0, 0);
                 for _ in 0..schedule.epochs {
                     chosen.shuffle(&mut shuffle);
                     for rows in chosen.chunks(chosen.len().div_ceil(schedule.minibatches).max(1)) {
-                        let picked: Vec<Trajectory> = rows.iter().map(|&i| trajectories[i].clone()).collect();
+                        let picked: Vec<Trajectory> =
+                            rows.iter().map(|&i| trajectories[i].clone()).collect();
                         let minibatch = collate(&picked, device);
-                        let index = Tensor::from_slice(&rows.iter().map(|&i| i as i64).collect::<Vec<_>>()).to_device(device);
-                        let adv = advantages.index_select(0, &index).narrow(1, 0, minibatch.ids.size()[1]); // [b, T]
+                        let index =
+                            Tensor::from_slice(&rows.iter().map(|&i| i as i64).collect::<Vec<_>>())
+                                .to_device(device);
+                        let adv = advantages.index_select(0, &index).narrow(
+                            1,
+                            0,
+                            minibatch.ids.size()[1],
+                        ); // [b, T]
                         let forward = forward(model, &minibatch);
-                        let loss = algorithm.loss(&forward, &minibatch, &adv, rows, &mut record.extra);
+                        let loss =
+                            algorithm.loss(&forward, &minibatch, &adv, rows, &mut record.extra);
                         // AdamW's step, with the gradient's norm read before it is applied.
                         opt.zero_grad();
                         loss.backward();
                         grad_norm_sum += gradient_norm(model);
                         opt.step();
                         let tokens = minibatch.mask.sum(REAL).double_value(&[]);
-                        entropy_sum += (forward.entropy.detach() * &minibatch.mask).sum(REAL).double_value(&[]) / tokens.max(1.0);
+                        entropy_sum += (forward.entropy.detach() * &minibatch.mask)
+                            .sum(REAL)
+                            .double_value(&[])
+                            / tokens.max(1.0);
                         loss_sum += loss.double_value(&[]);
                         (steps, trained_tokens) = (steps + 1, trained_tokens + tokens as usize);
                     }
                 }
-                record.tasks = Some(picks.iter().step_by(schedule.group.max(1)).copied().collect());
-                record.train_success = Some(played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64);
+                record.tasks = Some(
+                    picks
+                        .iter()
+                        .step_by(schedule.group.max(1))
+                        .copied()
+                        .collect(),
+                );
+                record.train_success =
+                    Some(played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64);
                 record.trained_episodes = Some(chosen.len());
                 record.loss = (steps > 0).then(|| loss_sum / steps as f64);
                 record.entropy = (steps > 0).then(|| entropy_sum / steps as f64);
                 record.grad_norm = (steps > 0).then(|| grad_norm_sum / steps as f64);
-                record.generated_tokens = Some(played.iter().map(|p| p.segments.iter().map(|s| s.logprobs.len()).sum::<usize>()).sum());
+                record.generated_tokens = Some(
+                    played
+                        .iter()
+                        .map(|p| p.segments.iter().map(|s| s.logprobs.len()).sum::<usize>())
+                        .sum(),
+                );
                 record.trained_tokens = Some(trained_tokens);
-                record.sequence_tokens = Some(chosen.iter().map(|&i| trajectories[i].ids.len()).sum());
+                record.sequence_tokens =
+                    Some(chosen.iter().map(|&i| trajectories[i].ids.len()).sum());
                 record.played_tokens = Some(trajectories.iter().map(|t| t.ids.len()).sum());
-                record.time = Some(StepTime { generation, environment, learning: learning.elapsed().as_secs_f64() });
-                if schedule.checkpoint_every > 0 && (iteration + 1) % schedule.checkpoint_every == 0 {
-                    model.save(&run_dir.join(format!("iteration-{:04}.safetensors", iteration + 1)))?;
+                record.time = Some(StepTime {
+                    generation,
+                    environment,
+                    learning: learning.elapsed().as_secs_f64(),
+                });
+                if schedule.checkpoint_every > 0 && (iteration + 1) % schedule.checkpoint_every == 0
+                {
+                    model.save(
+                        &run_dir.join(format!("iteration-{:04}.safetensors", iteration + 1)),
+                    )?;
                 }
                 bar.inc(1);
             }
-            writeln!(metrics, "{}", serde_json::to_string(&record).map_err(|err| err.to_string())?).map_err(|err| format!("cannot write metrics: {err}"))?;
+            writeln!(
+                metrics,
+                "{}",
+                serde_json::to_string(&record).map_err(|err| err.to_string())?
+            )
+            .map_err(|err| format!("cannot write metrics: {err}"))?;
             records.push(record);
             if !last_line && after(iteration + 1, model, opt, &*algorithm)? {
                 bar.abandon();
@@ -690,20 +971,34 @@ fn run_loop<O: Optimiser>(
     Ok(records)
 }
 
-
 /// The L2 norm of the gradient over all of `model`'s weights (0 for weights without one).
 pub fn gradient_norm(model: &TinyAgent) -> f64 {
-    let squares: f64 = model.vs.trainable_variables().iter().map(|v| {
-        let g = v.grad();
-        if g.defined() { g.square().sum(REAL).double_value(&[]) } else { 0.0 }
-    }).sum();
+    let squares: f64 = model
+        .vs
+        .trainable_variables()
+        .iter()
+        .map(|v| {
+            let g = v.grad();
+            if g.defined() {
+                g.square().sum(REAL).double_value(&[])
+            } else {
+                0.0
+            }
+        })
+        .sum();
     squares.sqrt()
 }
 
 /// The records of a run, read back from its metrics file.
 pub fn read_records(path: &Path) -> Result<Vec<TrainRecord>, String> {
-    let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-    text.lines().map(|line| serde_json::from_str(line).map_err(|err| format!("{}: bad line {line:?}: {err}", path.display()))).collect()
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    text.lines()
+        .map(|line| {
+            serde_json::from_str(line)
+                .map_err(|err| format!("{}: bad line {line:?}: {err}", path.display()))
+        })
+        .collect()
 }
 // ANCHOR_END: train
 
@@ -727,35 +1022,84 @@ pub struct AdamW {
 
 impl AdamW {
     pub fn new(vs: &nn::VarStore, lr: f64) -> AdamW {
-        let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().filter(|(_, w)| w.requires_grad()).collect();
+        let mut named: Vec<(String, Tensor)> = vs
+            .variables()
+            .into_iter()
+            .filter(|(_, w)| w.requires_grad())
+            .collect();
         named.sort_by(|a, b| a.0.cmp(&b.0));
         let (names, weights): (Vec<String>, Vec<Tensor>) = named.into_iter().unzip();
         let zeros = || weights.iter().map(|w| w.zeros_like()).collect::<Vec<_>>();
-        AdamW { lr, betas: (0.9, 0.999), eps: 1e-8, weight_decay: 0.01, m: zeros(), v: zeros(), steps: vec![0; weights.len()], names, weights }
+        AdamW {
+            lr,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 0.01,
+            m: zeros(),
+            v: zeros(),
+            steps: vec![0; weights.len()],
+            names,
+            weights,
+        }
     }
 
     /// The moments as named tensors (`m.<weight>`, `v.<weight>`) and the step counts.
     pub fn save(&self, dir: &Path) -> Result<(), String> {
-        let named: Vec<(String, &Tensor)> = self.names.iter().zip(&self.m).map(|(n, t)| (format!("m.{n}"), t)).chain(self.names.iter().zip(&self.v).map(|(n, t)| (format!("v.{n}"), t))).collect();
-        Tensor::write_safetensors(&named, dir.join("adamw.safetensors")).map_err(|err| format!("cannot save the optimiser: {err}"))?;
-        let steps: BTreeMap<&str, i64> = self.names.iter().map(String::as_str).zip(self.steps.iter().copied()).collect();
-        std::fs::write(dir.join("adamw.json"), serde_json::to_string_pretty(&steps).map_err(|err| err.to_string())?).map_err(|err| format!("cannot save the optimiser: {err}"))
+        let named: Vec<(String, &Tensor)> = self
+            .names
+            .iter()
+            .zip(&self.m)
+            .map(|(n, t)| (format!("m.{n}"), t))
+            .chain(
+                self.names
+                    .iter()
+                    .zip(&self.v)
+                    .map(|(n, t)| (format!("v.{n}"), t)),
+            )
+            .collect();
+        Tensor::write_safetensors(&named, dir.join("adamw.safetensors"))
+            .map_err(|err| format!("cannot save the optimiser: {err}"))?;
+        let steps: BTreeMap<&str, i64> = self
+            .names
+            .iter()
+            .map(String::as_str)
+            .zip(self.steps.iter().copied())
+            .collect();
+        std::fs::write(
+            dir.join("adamw.json"),
+            serde_json::to_string_pretty(&steps).map_err(|err| err.to_string())?,
+        )
+        .map_err(|err| format!("cannot save the optimiser: {err}"))
     }
 
     /// Read back what [`AdamW::save`] wrote; every weight must be there, with its shape.
     pub fn load(&mut self, dir: &Path) -> Result<(), String> {
-        let tensors: BTreeMap<String, Tensor> = Tensor::read_safetensors(dir.join("adamw.safetensors")).map_err(|err| format!("cannot read the optimiser: {err}"))?.into_iter().collect();
-        let text = std::fs::read_to_string(dir.join("adamw.json")).map_err(|err| format!("cannot read the optimiser: {err}"))?;
-        let steps: BTreeMap<String, i64> = serde_json::from_str(&text).map_err(|err| format!("cannot read the optimiser's steps: {err}"))?;
+        let tensors: BTreeMap<String, Tensor> =
+            Tensor::read_safetensors(dir.join("adamw.safetensors"))
+                .map_err(|err| format!("cannot read the optimiser: {err}"))?
+                .into_iter()
+                .collect();
+        let text = std::fs::read_to_string(dir.join("adamw.json"))
+            .map_err(|err| format!("cannot read the optimiser: {err}"))?;
+        let steps: BTreeMap<String, i64> = serde_json::from_str(&text)
+            .map_err(|err| format!("cannot read the optimiser's steps: {err}"))?;
         for (i, name) in self.names.iter().enumerate() {
             for (moment, target) in [("m", &mut self.m[i]), ("v", &mut self.v[i])] {
-                let stored = tensors.get(&format!("{moment}.{name}")).ok_or_else(|| format!("the optimiser state has no {moment}.{name}"))?;
+                let stored = tensors
+                    .get(&format!("{moment}.{name}"))
+                    .ok_or_else(|| format!("the optimiser state has no {moment}.{name}"))?;
                 if stored.size() != target.size() {
-                    return Err(format!("{moment}.{name} has shape {:?}, the model {:?}", stored.size(), target.size()));
+                    return Err(format!(
+                        "{moment}.{name} has shape {:?}, the model {:?}",
+                        stored.size(),
+                        target.size()
+                    ));
                 }
                 tch::no_grad(|| target.copy_(stored));
             }
-            self.steps[i] = *steps.get(name).ok_or_else(|| format!("the optimiser state has no step count for {name}"))?;
+            self.steps[i] = *steps
+                .get(name)
+                .ok_or_else(|| format!("the optimiser state has no step count for {name}"))?;
         }
         Ok(())
     }
@@ -829,12 +1173,24 @@ pub struct RunState {
 }
 
 fn tasks_fingerprint(tasks: (&[Task], &[Task])) -> String {
-    let ids = tasks.0.iter().chain(tasks.1).map(|t| t.id.as_str()).collect::<Vec<_>>().join("\n");
-    format!("{:016x}", crate::book::fnv1a(ids.as_bytes(), 0xcbf2_9ce4_8422_2325))
+    let ids = tasks
+        .0
+        .iter()
+        .chain(tasks.1)
+        .map(|t| t.id.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    format!(
+        "{:016x}",
+        crate::book::fnv1a(ids.as_bytes(), 0xcbf2_9ce4_8422_2325)
+    )
 }
 
 fn libtorch_setting() -> (i32, String) {
-    (tch::get_num_threads(), std::env::var("ATEN_CPU_CAPABILITY").unwrap_or_else(|_| "default of the processor".into()))
+    (
+        tch::get_num_threads(),
+        std::env::var("ATEN_CPU_CAPABILITY").unwrap_or_else(|_| "default of the processor".into()),
+    )
 }
 
 /// The newest complete state in `run_dir` (`state-NNNN/`, NNNN iterations done).
@@ -842,7 +1198,15 @@ pub fn latest_state(run_dir: &Path) -> Option<(usize, PathBuf)> {
     let entries = std::fs::read_dir(run_dir).ok()?;
     entries
         .filter_map(|entry| entry.ok())
-        .filter_map(|entry| entry.file_name().to_str()?.strip_prefix("state-")?.parse::<usize>().ok().map(|n| (n, entry.path())))
+        .filter_map(|entry| {
+            entry
+                .file_name()
+                .to_str()?
+                .strip_prefix("state-")?
+                .parse::<usize>()
+                .ok()
+                .map(|n| (n, entry.path()))
+        })
         .max_by_key(|(n, _)| *n)
 }
 
@@ -867,56 +1231,111 @@ pub fn train_resumable(
     let mut opt = AdamW::new(&model.vs, schedule.lr);
     let mut done = Vec::new();
     if let Some((next, dir)) = latest_state(run_dir) {
-        let stored: Schedule = serde_json::from_str(&std::fs::read_to_string(run_dir.join("schedule.json")).map_err(|err| format!("cannot read the schedule: {err}"))?).map_err(|err| err.to_string())?;
+        let stored: Schedule = serde_json::from_str(
+            &std::fs::read_to_string(run_dir.join("schedule.json"))
+                .map_err(|err| format!("cannot read the schedule: {err}"))?,
+        )
+        .map_err(|err| err.to_string())?;
         if &stored != schedule {
             return Err(format!("{} holds a run of another schedule; resume it with that one or start in a new folder", run_dir.display()));
         }
-        let state: RunState = serde_json::from_str(&std::fs::read_to_string(dir.join("state.json")).map_err(|err| format!("cannot read the run state: {err}"))?).map_err(|err| err.to_string())?;
+        let state: RunState = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("state.json"))
+                .map_err(|err| format!("cannot read the run state: {err}"))?,
+        )
+        .map_err(|err| err.to_string())?;
         if state.tasks != tasks_fingerprint(tasks) {
-            return Err(format!("{} holds a run on other tasks; start in a new folder", run_dir.display()));
+            return Err(format!(
+                "{} holds a run on other tasks; start in a new folder",
+                run_dir.display()
+            ));
         }
         if (state.threads, state.cpu_capability.clone()) != libtorch_setting() {
             return Err(format!("the run was saved with {} libtorch threads and CPU kernels {}; resume it under the same setting", state.threads, state.cpu_capability));
         }
-        model.vs.load(dir.join("model.safetensors")).map_err(|err| format!("cannot load the saved weights: {err}"))?;
+        model
+            .vs
+            .load(dir.join("model.safetensors"))
+            .map_err(|err| format!("cannot load the saved weights: {err}"))?;
         opt.load(&dir)?;
         if let Some(algorithm_state) = &state.algorithm {
             algorithm.restore(algorithm_state)?;
         }
         // The metrics of the iterations done (one line per pass of the loop), and nothing after them.
-        let text = std::fs::read_to_string(run_dir.join("metrics.jsonl")).map_err(|err| format!("cannot read the metrics: {err}"))?;
+        let text = std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+            .map_err(|err| format!("cannot read the metrics: {err}"))?;
         let lines: Vec<&str> = text.lines().take(next).collect();
         if lines.len() < next {
-            return Err(format!("the metrics hold {} lines, the state {next} iterations", lines.len()));
+            return Err(format!(
+                "the metrics hold {} lines, the state {next} iterations",
+                lines.len()
+            ));
         }
-        std::fs::write(run_dir.join("metrics.jsonl"), lines.iter().map(|l| format!("{l}\n")).collect::<String>()).map_err(|err| format!("cannot write the metrics: {err}"))?;
-        done = lines.iter().map(|l| serde_json::from_str(l).map_err(|err| format!("a metrics line: {err}"))).collect::<Result<_, String>>()?;
+        std::fs::write(
+            run_dir.join("metrics.jsonl"),
+            lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+        )
+        .map_err(|err| format!("cannot write the metrics: {err}"))?;
+        done = lines
+            .iter()
+            .map(|l| serde_json::from_str(l).map_err(|err| format!("a metrics line: {err}")))
+            .collect::<Result<_, String>>()?;
     }
     let (seed, task_ids) = (schedule.seed, tasks_fingerprint(tasks));
-    let mut after = |iterations: usize, model: &TinyAgent, opt: &AdamW, algorithm: &dyn Algorithm| -> Result<bool, String> {
+    let mut after = |iterations: usize,
+                     model: &TinyAgent,
+                     opt: &AdamW,
+                     algorithm: &dyn Algorithm|
+     -> Result<bool, String> {
         if resumable.every == 0 || iterations % resumable.every != 0 {
             return Ok(false);
         }
         let (threads, cpu_capability) = libtorch_setting();
-        let state = RunState { next_iteration: iterations, seed, streams: ["tasks", "sampling", "shuffle", "evaluation"].map(String::from).to_vec(), algorithm: algorithm.state(), tasks: task_ids.clone(), threads, cpu_capability };
+        let state = RunState {
+            next_iteration: iterations,
+            seed,
+            streams: ["tasks", "sampling", "shuffle", "evaluation"]
+                .map(String::from)
+                .to_vec(),
+            algorithm: algorithm.state(),
+            tasks: task_ids.clone(),
+            threads,
+            cpu_capability,
+        };
         // Written beside, then renamed: a kill leaves a whole state or none.
         let part = run_dir.join(format!("state-{iterations:04}.part"));
         let _ = std::fs::remove_dir_all(&part);
-        std::fs::create_dir_all(&part).map_err(|err| format!("cannot create {}: {err}", part.display()))?;
+        std::fs::create_dir_all(&part)
+            .map_err(|err| format!("cannot create {}: {err}", part.display()))?;
         model.save(&part.join("model.safetensors"))?;
         opt.save(&part)?;
-        std::fs::write(part.join("state.json"), serde_json::to_string_pretty(&state).map_err(|err| err.to_string())?).map_err(|err| format!("cannot write the run state: {err}"))?;
-        std::fs::rename(&part, run_dir.join(format!("state-{iterations:04}"))).map_err(|err| format!("cannot complete the state: {err}"))?;
+        std::fs::write(
+            part.join("state.json"),
+            serde_json::to_string_pretty(&state).map_err(|err| err.to_string())?,
+        )
+        .map_err(|err| format!("cannot write the run state: {err}"))?;
+        std::fs::rename(&part, run_dir.join(format!("state-{iterations:04}")))
+            .map_err(|err| format!("cannot complete the state: {err}"))?;
         // Only the newest state is needed (about three copies of the weights each).
-        for entry in std::fs::read_dir(run_dir).map_err(|err| err.to_string())?.filter_map(|entry| entry.ok()) {
-            let older = entry.file_name().to_str().and_then(|name| name.strip_prefix("state-")?.parse::<usize>().ok()).is_some_and(|n| n < iterations);
+        for entry in std::fs::read_dir(run_dir)
+            .map_err(|err| err.to_string())?
+            .filter_map(|entry| entry.ok())
+        {
+            let older = entry
+                .file_name()
+                .to_str()
+                .and_then(|name| name.strip_prefix("state-")?.parse::<usize>().ok())
+                .is_some_and(|n| n < iterations);
             if older {
-                std::fs::remove_dir_all(entry.path()).map_err(|err| format!("cannot remove an old state: {err}"))?;
+                std::fs::remove_dir_all(entry.path())
+                    .map_err(|err| format!("cannot remove an old state: {err}"))?;
             }
         }
         Ok(resumable.stop_after == Some(iterations))
     };
-    run_loop(model, bpe, tasks, schedule, algorithm, run_dir, &mut opt, done, &mut after)
+    run_loop(
+        model, bpe, tasks, schedule, algorithm, run_dir, &mut opt, done, &mut after,
+    )
 }
 // ANCHOR_END: resumable
 
@@ -929,24 +1348,55 @@ pub type Run = (Schedule, Box<dyn Algorithm + Send>);
 /// so two at a time use two cores and print what one after the other would.
 /// Run `name` writes to `root/name` (spaces and dots become `_`). Within one
 /// test command, a notebook reuses its chapter's finished runs ([`train_or_reuse`]).
-pub fn train_from_base(gym: &crate::gym::Gym, runs: Vec<Run>, threads: usize, root: &Path) -> Vec<Vec<TrainRecord>> {
+pub fn train_from_base(
+    gym: &crate::gym::Gym,
+    runs: Vec<Run>,
+    threads: usize,
+    root: &Path,
+) -> Vec<Vec<TrainRecord>> {
     crate::pretrain::base_model(&gym.train); // on disk before the threads load it
     train_from(&crate::pretrain::base_dir(), gym, runs, threads, root)
 }
 
 /// [`train_from_base`], starting every run from the model stored in `start`
 /// (by [`crate::pretrain::save_model`]) instead of the base model.
-pub fn train_from(start: &Path, gym: &crate::gym::Gym, runs: Vec<Run>, threads: usize, root: &Path) -> Vec<Vec<TrainRecord>> {
-    train_from_each(gym, runs.into_iter().map(|run| (start.to_path_buf(), run)).collect(), threads, root)
+pub fn train_from(
+    start: &Path,
+    gym: &crate::gym::Gym,
+    runs: Vec<Run>,
+    threads: usize,
+    root: &Path,
+) -> Vec<Vec<TrainRecord>> {
+    train_from_each(
+        gym,
+        runs.into_iter()
+            .map(|run| (start.to_path_buf(), run))
+            .collect(),
+        threads,
+        root,
+    )
 }
 
 /// [`train_from`] with a starting model of its own for each run (Chapter 15
 /// starts RL from models fine-tuned in different ways).
-pub fn train_from_each(gym: &crate::gym::Gym, runs: Vec<(PathBuf, Run)>, threads: usize, root: &Path) -> Vec<Vec<TrainRecord>> {
+pub fn train_from_each(
+    gym: &crate::gym::Gym,
+    runs: Vec<(PathBuf, Run)>,
+    threads: usize,
+    root: &Path,
+) -> Vec<Vec<TrainRecord>> {
     side_by_side(runs, threads, |(start, (schedule, mut algorithm))| {
         let dir: PathBuf = root.join(schedule.name.replace([' ', '.'], "_"));
-        let outcome = crate::pretrain::load_model(&start)
-            .and_then(|(bpe, mut model)| train_or_reuse(&mut model, &bpe, (&gym.train, &gym.held_out), &schedule, algorithm.as_mut(), &dir));
+        let outcome = crate::pretrain::load_model(&start).and_then(|(bpe, mut model)| {
+            train_or_reuse(
+                &mut model,
+                &bpe,
+                (&gym.train, &gym.held_out),
+                &schedule,
+                algorithm.as_mut(),
+                &dir,
+            )
+        });
         outcome.unwrap_or_else(|err| panic!("run {}: {err}", schedule.name))
     })
 }
@@ -954,7 +1404,11 @@ pub fn train_from_each(gym: &crate::gym::Gym, runs: Vec<(PathBuf, Run)>, threads
 /// `job` applied to every item, `threads` items at a time on threads of
 /// their own; the results in the items' order. With libtorch on one thread
 /// per job and a seed per item, the results do not depend on `threads`.
-pub fn side_by_side<I: Send, O: Send>(items: Vec<I>, threads: usize, job: impl Fn(I) -> O + Sync) -> Vec<O> {
+pub fn side_by_side<I: Send, O: Send>(
+    items: Vec<I>,
+    threads: usize,
+    job: impl Fn(I) -> O + Sync,
+) -> Vec<O> {
     let count = items.len();
     let queue = std::sync::Mutex::new(items.into_iter().enumerate().rev().collect::<Vec<_>>()); // popped in order
     let results = std::sync::Mutex::new(Vec::with_capacity(count));
@@ -976,14 +1430,25 @@ pub fn side_by_side<I: Send, O: Send>(items: Vec<I>, threads: usize, job: impl F
 
 /// The held-out success of every run at `iteration`.
 pub fn held_out_at(runs: &[Vec<TrainRecord>], iteration: usize) -> Vec<f64> {
-    runs.iter().map(|run| run[iteration].held_out_success.expect("an evaluation at that iteration")).collect()
+    runs.iter()
+        .map(|run| {
+            run[iteration]
+                .held_out_success
+                .expect("an evaluation at that iteration")
+        })
+        .collect()
 }
 // ANCHOR_END: parallel
 
 /// A finished run stored in `cache` under `key` is copied back into `dir`
 /// instead of training again (see [`crate::book::reuse`]); otherwise `train`
 /// runs and what it wrote to `dir` is stored.
-fn reuse_or(cache: Option<&Path>, key: &str, dir: &Path, train: impl FnOnce() -> Result<Vec<TrainRecord>, String>) -> Result<Vec<TrainRecord>, String> {
+fn reuse_or(
+    cache: Option<&Path>,
+    key: &str,
+    dir: &Path,
+    train: impl FnOnce() -> Result<Vec<TrainRecord>, String>,
+) -> Result<Vec<TrainRecord>, String> {
     let write = |made: &Result<Vec<TrainRecord>, String>, stored: &Path| match made {
         Ok(_) => copy_dir(dir, &stored.join("run")),
         Err(err) => Err(err.clone()),
@@ -998,15 +1463,32 @@ fn reuse_or(cache: Option<&Path>, key: &str, dir: &Path, train: impl FnOnce() ->
 
 /// What names a run of [`train`]: its folder, its schedule, the algorithm's
 /// settings and the weights it starts from.
-fn run_key(model: &TinyAgent, schedule: &Schedule, algorithm: &dyn Algorithm, run_dir: &Path) -> Result<String, String> {
+fn run_key(
+    model: &TinyAgent,
+    schedule: &Schedule,
+    algorithm: &dyn Algorithm,
+    run_dir: &Path,
+) -> Result<String, String> {
     let schedule_json = serde_json::to_string(schedule).map_err(|err| err.to_string())?;
-    Ok(format!("train\n{}\n{schedule_json}\n{}\n{:016x}", run_dir.display(), algorithm.config_json().unwrap_or_default(), model.fingerprint()))
+    Ok(format!(
+        "train\n{}\n{schedule_json}\n{}\n{:016x}",
+        run_dir.display(),
+        algorithm.config_json().unwrap_or_default(),
+        model.fingerprint()
+    ))
 }
 
 /// [`train`], or, within the test command, the same run read back: the
 /// notebook stage reads the chapter stage's finished runs instead of training
 /// them again (see [`crate::book::reuse`]); the model ends with the run's final weights either way.
-pub fn train_or_reuse(model: &mut TinyAgent, bpe: &Bpe, tasks: (&[Task], &[Task]), schedule: &Schedule, algorithm: &mut dyn Algorithm, run_dir: &Path) -> Result<Vec<TrainRecord>, String> {
+pub fn train_or_reuse(
+    model: &mut TinyAgent,
+    bpe: &Bpe,
+    tasks: (&[Task], &[Task]),
+    schedule: &Schedule,
+    algorithm: &mut dyn Algorithm,
+    run_dir: &Path,
+) -> Result<Vec<TrainRecord>, String> {
     let key = run_key(model, schedule, algorithm, run_dir)?;
     let mut trained = false;
     let records = reuse_or(crate::book::run_cache().as_deref(), &key, run_dir, || {
@@ -1014,20 +1496,26 @@ pub fn train_or_reuse(model: &mut TinyAgent, bpe: &Bpe, tasks: (&[Task], &[Task]
         train(model, bpe, tasks, schedule, algorithm, run_dir)
     })?;
     if !trained {
-        model.vs.load(run_dir.join("final.safetensors")).map_err(|err| format!("cannot load the stored run's final weights: {err}"))?;
+        model
+            .vs
+            .load(run_dir.join("final.safetensors"))
+            .map_err(|err| format!("cannot load the stored run's final weights: {err}"))?;
     }
     Ok(records)
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
     std::fs::create_dir_all(to).map_err(|err| format!("cannot create {}: {err}", to.display()))?;
-    for entry in std::fs::read_dir(from).map_err(|err| format!("cannot read {}: {err}", from.display()))? {
+    for entry in
+        std::fs::read_dir(from).map_err(|err| format!("cannot read {}: {err}", from.display()))?
+    {
         let path = entry.map_err(|err| err.to_string())?.path();
         let target = to.join(path.file_name().expect("a file name"));
         if path.is_dir() {
             copy_dir(&path, &target)?;
         } else {
-            std::fs::copy(&path, &target).map_err(|err| format!("cannot copy {}: {err}", path.display()))?;
+            std::fs::copy(&path, &target)
+                .map_err(|err| format!("cannot copy {}: {err}", path.display()))?;
         }
     }
     Ok(())
@@ -1051,14 +1539,29 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(0);
         let rmse = |n: usize, rng: &mut StdRng| -> f64 {
             let reps = 400;
-            let total: f64 = (0..reps).map(|_| reinforce_gradient(&theta, &p, n, rng).iter().zip(&exact).map(|(g, e)| (g - e).powi(2)).sum::<f64>()).sum();
+            let total: f64 = (0..reps)
+                .map(|_| {
+                    reinforce_gradient(&theta, &p, n, rng)
+                        .iter()
+                        .zip(&exact)
+                        .map(|(g, e)| (g - e).powi(2))
+                        .sum::<f64>()
+                })
+                .sum();
             (total / reps as f64).sqrt()
         };
         let (small, large) = (rmse(16, &mut rng), rmse(256, &mut rng));
         // 16 times the samples: a quarter of the error, within sampling noise.
         assert!((small / large - 4.0).abs() < 0.6, "{small} / {large}");
         // Unbiased: the mean of many estimates approaches the exact gradient.
-        let mean: Vec<f64> = (0..4).map(|a| (0..2000).map(|_| reinforce_gradient(&theta, &p, 8, &mut rng)[a]).sum::<f64>() / 2000.0).collect();
+        let mean: Vec<f64> = (0..4)
+            .map(|a| {
+                (0..2000)
+                    .map(|_| reinforce_gradient(&theta, &p, 8, &mut rng)[a])
+                    .sum::<f64>()
+                    / 2000.0
+            })
+            .collect();
         for a in 0..4 {
             assert!((mean[a] - exact[a]).abs() < 0.02, "{mean:?} vs {exact:?}");
         }
@@ -1069,13 +1572,25 @@ mod tests {
         let mdp = repair_mdp(Verifier::Hidden);
         let (v_star, _, _) = value_iteration(&mdp, 0.9, 1e-12);
         let values = tabular_reinforce(&mdp, BUGGY, 0.9, 0.5, 16, 300, 0);
-        assert!(values[300] > values[0] + 0.3, "{} -> {}", values[0], values[300]);
-        assert!(v_star[BUGGY] - values[300] < 0.05, "{} vs V* {}", values[300], v_star[BUGGY]);
+        assert!(
+            values[300] > values[0] + 0.3,
+            "{} -> {}",
+            values[0],
+            values[300]
+        );
+        assert!(
+            v_star[BUGGY] - values[300] < 0.05,
+            "{} vs V* {}",
+            values[300],
+            v_star[BUGGY]
+        );
     }
 
     #[test]
     fn the_masked_loss_gives_tool_tokens_no_gradient() {
-        let logp = Tensor::from_slice(&[-1.0f64, -2.0, -0.5, -0.1, -3.0, -0.2, -0.7, -1.5]).view([2, 4]).set_requires_grad(true);
+        let logp = Tensor::from_slice(&[-1.0f64, -2.0, -0.5, -0.1, -3.0, -0.2, -0.7, -1.5])
+            .view([2, 4])
+            .set_requires_grad(true);
         let mask = Tensor::from_slice(&[0.0f64, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]).view([2, 4]);
         let weights = per_token(&[1.0, 0.5], &mask);
         reinforce_loss(&logp, &mask, &weights).backward();
@@ -1089,16 +1604,47 @@ mod tests {
     #[test]
     fn forward_agrees_with_the_model_and_chapter_3() {
         let _turn = crate::book::seeded(0);
-        let config = crate::tinyagent::Config { vocab: 32, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 };
+        let config = crate::tinyagent::Config {
+            vocab: 32,
+            n_ctx: 16,
+            d_model: 16,
+            n_layer: 1,
+            n_head: 2,
+        };
         let model = TinyAgent::new(config, tch::Device::Cpu);
         use crate::episode::Owner;
-        let trajectory = Trajectory { task: 0, ids: vec![3, 5, 7, 2, 9, 4], owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy], logprobs: vec![0.0; 6], reward: 1.0, info: Default::default() };
+        let trajectory = Trajectory {
+            task: 0,
+            ids: vec![3, 5, 7, 2, 9, 4],
+            owners: vec![
+                Owner::Prompt,
+                Owner::Prompt,
+                Owner::Policy,
+                Owner::Policy,
+                Owner::Env,
+                Owner::Policy,
+            ],
+            logprobs: vec![0.0; 6],
+            reward: 1.0,
+            info: Default::default(),
+        };
         let batch = collate(&[trajectory], tch::Device::Cpu);
-        let Forward { logp, entropy, hidden, .. } = forward(&model, &batch);
+        let Forward {
+            logp,
+            entropy,
+            hidden,
+            ..
+        } = forward(&model, &batch);
         let expected = crate::trajectory::policy_logprobs(&model, &batch) * &batch.mask;
         assert!((logp - expected).abs().max().double_value(&[]) < 1e-6);
         let logits = model.logits(&batch.ids, &batch.valid); // [1, 6, V]
-        let h = Tensor::cat(&[Tensor::zeros([1, 1], (REAL, tch::Device::Cpu)), crate::tinyagent::entropy(&logits.narrow(1, 0, 5))], 1); // [1, 6]
+        let h = Tensor::cat(
+            &[
+                Tensor::zeros([1, 1], (REAL, tch::Device::Cpu)),
+                crate::tinyagent::entropy(&logits.narrow(1, 0, 5)),
+            ],
+            1,
+        ); // [1, 6]
         assert!((entropy - h * &batch.mask).abs().max().double_value(&[]) < 1e-6);
         assert_eq!(hidden.size(), vec![1, 6, 16]);
     }
@@ -1111,8 +1657,16 @@ mod tests {
         let fake = |dir: &Path, value: f64| {
             trained.set(trained.get() + 1);
             std::fs::create_dir_all(dir).unwrap();
-            let record = TrainRecord { iteration: 0, held_out_success: Some(value), ..TrainRecord::default() };
-            std::fs::write(dir.join("metrics.jsonl"), serde_json::to_string(&record).unwrap() + "\n").unwrap();
+            let record = TrainRecord {
+                iteration: 0,
+                held_out_success: Some(value),
+                ..TrainRecord::default()
+            };
+            std::fs::write(
+                dir.join("metrics.jsonl"),
+                serde_json::to_string(&record).unwrap() + "\n",
+            )
+            .unwrap();
             std::fs::write(dir.join("final.safetensors"), b"weights").unwrap();
             Ok(vec![record])
         };
@@ -1120,33 +1674,89 @@ mod tests {
         let bpe = small_tokenizer(&gym.train[..4]);
         let model = small_model(&bpe);
         let schedule = Schedule::reinforce();
-        let key = |schedule: &Schedule, model: &TinyAgent| run_key(model, schedule, &Reinforce::plain(), &dir).unwrap();
-        let first = reuse_or(Some(&cache), &key(&schedule, &model), &dir, || fake(&dir, 0.1 + 0.2)).unwrap();
+        let key = |schedule: &Schedule, model: &TinyAgent| {
+            run_key(model, schedule, &Reinforce::plain(), &dir).unwrap()
+        };
+        let first = reuse_or(Some(&cache), &key(&schedule, &model), &dir, || {
+            fake(&dir, 0.1 + 0.2)
+        })
+        .unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
-        let again = reuse_or(Some(&cache), &key(&schedule, &model), &dir, || fake(&dir, 9.0)).unwrap();
-        assert_eq!((trained.get(), &again), (1, &first), "the same run is copied back, exactly");
-        assert_eq!(std::fs::read(dir.join("final.safetensors")).unwrap(), b"weights");
-        let other = reuse_or(Some(&cache), &key(&schedule.clone().seeded(1), &model), &dir, || fake(&dir, 0.5)).unwrap();
-        assert_eq!((trained.get(), other[0].held_out_success), (2, Some(0.5)), "another seed trains");
+        let again = reuse_or(Some(&cache), &key(&schedule, &model), &dir, || {
+            fake(&dir, 9.0)
+        })
+        .unwrap();
+        assert_eq!(
+            (trained.get(), &again),
+            (1, &first),
+            "the same run is copied back, exactly"
+        );
+        assert_eq!(
+            std::fs::read(dir.join("final.safetensors")).unwrap(),
+            b"weights"
+        );
+        let other = reuse_or(
+            Some(&cache),
+            &key(&schedule.clone().seeded(1), &model),
+            &dir,
+            || fake(&dir, 0.5),
+        )
+        .unwrap();
+        assert_eq!(
+            (trained.get(), other[0].held_out_success),
+            (2, Some(0.5)),
+            "another seed trains"
+        );
         let other_start = small_model(&bpe);
         let _ = tch::no_grad(|| other_start.vs.trainable_variables()[0].get(0).fill_(0.25));
-        let moved = reuse_or(Some(&cache), &key(&schedule, &other_start), &dir, || fake(&dir, 0.6)).unwrap();
-        assert_eq!((trained.get(), moved[0].held_out_success), (3, Some(0.6)), "other starting weights train");
+        let moved = reuse_or(Some(&cache), &key(&schedule, &other_start), &dir, || {
+            fake(&dir, 0.6)
+        })
+        .unwrap();
+        assert_eq!(
+            (trained.get(), moved[0].held_out_success),
+            (3, Some(0.6)),
+            "other starting weights train"
+        );
         let uncached = reuse_or(None, &key(&schedule, &model), &dir, || fake(&dir, 0.7)).unwrap();
-        assert_eq!((trained.get(), uncached[0].held_out_success), (4, Some(0.7)), "without a cache every run trains");
+        assert_eq!(
+            (trained.get(), uncached[0].held_out_success),
+            (4, Some(0.7)),
+            "without a cache every run trains"
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 
     /// An algorithm that shuffles its own way: it keeps only the first half of each group.
     struct HalfGroups;
     impl Algorithm for HalfGroups {
-        fn advantages(&mut self, _model: &TinyAgent, _trajectories: &[Trajectory], rollout: &Batch, rewards: &[f64], _group: usize, _report: &mut Report) -> Tensor {
-            per_token(&rewards.iter().map(|r| r - 0.5).collect::<Vec<_>>(), &rollout.mask)
+        fn advantages(
+            &mut self,
+            _model: &TinyAgent,
+            _trajectories: &[Trajectory],
+            rollout: &Batch,
+            rewards: &[f64],
+            _group: usize,
+            _report: &mut Report,
+        ) -> Tensor {
+            per_token(
+                &rewards.iter().map(|r| r - 0.5).collect::<Vec<_>>(),
+                &rollout.mask,
+            )
         }
         fn keep(&mut self, played: &[Played], group: usize, _report: &mut Report) -> Vec<usize> {
-            (0..played.len()).filter(|i| i % group < group / 2).collect()
+            (0..played.len())
+                .filter(|i| i % group < group / 2)
+                .collect()
         }
-        fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, _rows: &[usize], _report: &mut Report) -> Tensor {
+        fn loss(
+            &mut self,
+            forward: &Forward,
+            minibatch: &Batch,
+            advantages: &Tensor,
+            _rows: &[usize],
+            _report: &mut Report,
+        ) -> Tensor {
             reinforce_loss(&forward.logp, &minibatch.mask, advantages)
         }
     }
@@ -1160,7 +1770,16 @@ mod tests {
     /// The same small untrained model every time.
     fn small_model(bpe: &Bpe) -> TinyAgent {
         let _turn = crate::book::seeded(0);
-        TinyAgent::new(crate::tinyagent::Config { vocab: bpe.vocab_size() as i64, n_ctx: 768, d_model: 16, n_layer: 1, n_head: 2 }, tch::Device::Cpu)
+        TinyAgent::new(
+            crate::tinyagent::Config {
+                vocab: bpe.vocab_size() as i64,
+                n_ctx: 768,
+                d_model: 16,
+                n_layer: 1,
+                n_head: 2,
+            },
+            tch::Device::Cpu,
+        )
     }
 
     #[test]
@@ -1170,13 +1789,50 @@ mod tests {
         let bpe = small_tokenizer(train_tasks);
         let fresh = || small_model(&bpe);
         let root = std::env::temp_dir().join(format!("agentrl-prefix-{}", std::process::id()));
-        let long = Schedule { name: "long".into(), iterations: 4, tasks: 3, group: 2, lr: 1e-2, lr_end: 1e-2, eval_every: 2, eval_episodes: 1, seed: 7, ..Schedule::reinforce() };
+        let long = Schedule {
+            name: "long".into(),
+            iterations: 4,
+            tasks: 3,
+            group: 2,
+            lr: 1e-2,
+            lr_end: 1e-2,
+            eval_every: 2,
+            eval_episodes: 1,
+            seed: 7,
+            ..Schedule::reinforce()
+        };
         // Half the iterations, evaluated on another schedule: evaluation draws from its own stream.
-        let short = Schedule { name: "short".into(), iterations: 2, eval_every: 1, ..long.clone() };
-        let run_long = train(&mut fresh(), &bpe, (train_tasks, held_out), &long, &mut Reinforce::plain(), &root.join("long")).unwrap();
-        let run_short = train(&mut fresh(), &bpe, (train_tasks, held_out), &short, &mut Reinforce::plain(), &root.join("short")).unwrap();
+        let short = Schedule {
+            name: "short".into(),
+            iterations: 2,
+            eval_every: 1,
+            ..long.clone()
+        };
+        let run_long = train(
+            &mut fresh(),
+            &bpe,
+            (train_tasks, held_out),
+            &long,
+            &mut Reinforce::plain(),
+            &root.join("long"),
+        )
+        .unwrap();
+        let run_short = train(
+            &mut fresh(),
+            &bpe,
+            (train_tasks, held_out),
+            &short,
+            &mut Reinforce::plain(),
+            &root.join("short"),
+        )
+        .unwrap();
         for (a, b) in run_long.iter().zip(&run_short).take(2) {
-            assert_eq!((&a.tasks, a.train_success, a.loss, a.generated_tokens), (&b.tasks, b.train_success, b.loss, b.generated_tokens), "iteration {}", a.iteration);
+            assert_eq!(
+                (&a.tasks, a.train_success, a.loss, a.generated_tokens),
+                (&b.tasks, b.train_success, b.loss, b.generated_tokens),
+                "iteration {}",
+                a.iteration
+            );
         }
         assert_eq!(run_long[2].held_out_success, run_short[2].held_out_success);
         std::fs::remove_dir_all(&root).unwrap();
@@ -1234,34 +1890,124 @@ mod tests {
         let (train_tasks, held_out) = (&gym.train[..12], &gym.held_out[..3]);
         let bpe = small_tokenizer(train_tasks);
         let root = std::env::temp_dir().join(format!("agentrl-resume-{}", std::process::id()));
-        let schedule = Schedule { name: "resume".into(), iterations: 5, tasks: 3, group: 2, lr: 3e-2, lr_end: 1e-2, epochs: 2, minibatches: 2, eval_every: 2, eval_episodes: 1, seed: 11, ..Schedule::reinforce() };
+        let schedule = Schedule {
+            name: "resume".into(),
+            iterations: 5,
+            tasks: 3,
+            group: 2,
+            lr: 3e-2,
+            lr_end: 1e-2,
+            epochs: 2,
+            minibatches: 2,
+            eval_every: 2,
+            eval_episodes: 1,
+            seed: 11,
+            ..Schedule::reinforce()
+        };
         let tasks = (train_tasks, held_out);
         let mut whole = small_model(&bpe);
-        let never = train_resumable(&mut whole, &bpe, tasks, &schedule, &mut algorithm(), &root.join("whole"), &Resumable { every: 1, stop_after: None }).unwrap();
+        let never = train_resumable(
+            &mut whole,
+            &bpe,
+            tasks,
+            &schedule,
+            &mut algorithm(),
+            &root.join("whole"),
+            &Resumable {
+                every: 1,
+                stop_after: None,
+            },
+        )
+        .unwrap();
         // Killed after 3 iterations, then started again from fresh weights in the same folder.
         let dir = root.join("stopped");
-        let stopped = train_resumable(&mut small_model(&bpe), &bpe, tasks, &schedule, &mut algorithm(), &dir, &Resumable { every: 1, stop_after: Some(3) }).unwrap();
-        assert_eq!(stopped.len(), 3, "three metrics lines when stopped after three iterations");
+        let stopped = train_resumable(
+            &mut small_model(&bpe),
+            &bpe,
+            tasks,
+            &schedule,
+            &mut algorithm(),
+            &dir,
+            &Resumable {
+                every: 1,
+                stop_after: Some(3),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            stopped.len(),
+            3,
+            "three metrics lines when stopped after three iterations"
+        );
         assert_eq!(latest_state(&dir).map(|(n, _)| n), Some(3));
         assert!(!dir.join("final.safetensors").exists());
         let mut resumed_model = small_model(&bpe);
         drop(crate::book::seeded(12345)); // libtorch's generator elsewhere: the loop must not depend on it
-        let resumed = train_resumable(&mut resumed_model, &bpe, tasks, &schedule, &mut algorithm(), &dir, &Resumable { every: 1, stop_after: None }).unwrap();
-        let untimed = |records: &[TrainRecord]| records.iter().map(|r| TrainRecord { time: None, ..r.clone() }).collect::<Vec<_>>();
+        let resumed = train_resumable(
+            &mut resumed_model,
+            &bpe,
+            tasks,
+            &schedule,
+            &mut algorithm(),
+            &dir,
+            &Resumable {
+                every: 1,
+                stop_after: None,
+            },
+        )
+        .unwrap();
+        let untimed = |records: &[TrainRecord]| {
+            records
+                .iter()
+                .map(|r| TrainRecord {
+                    time: None,
+                    ..r.clone()
+                })
+                .collect::<Vec<_>>()
+        };
         assert_eq!(untimed(&resumed), untimed(&never));
         let start_w = small_model(&bpe).vs.variables();
         let whole_w = whole.vs.variables();
-        assert!(whole_w.iter().any(|(name, w)| !w.equal(&start_w[name])), "training moved no weight");
+        assert!(
+            whole_w.iter().any(|(name, w)| !w.equal(&start_w[name])),
+            "training moved no weight"
+        );
         for (name, w) in resumed_model.vs.variables() {
             assert!(w.equal(&whole_w[&name]), "{name} differs after resuming");
         }
-        let lines = |d: &Path| std::fs::read_to_string(d.join("metrics.jsonl")).unwrap().lines().count();
+        let lines = |d: &Path| {
+            std::fs::read_to_string(d.join("metrics.jsonl"))
+                .unwrap()
+                .lines()
+                .count()
+        };
         assert_eq!(lines(&dir), lines(&root.join("whole")));
         // Another schedule in the same folder is refused, not mixed in.
-        let other = Schedule { lr: 1e-3, ..schedule.clone() };
-        assert!(train_resumable(&mut small_model(&bpe), &bpe, tasks, &other, &mut algorithm(), &dir, &Resumable::default()).is_err());
+        let other = Schedule {
+            lr: 1e-3,
+            ..schedule.clone()
+        };
+        assert!(train_resumable(
+            &mut small_model(&bpe),
+            &bpe,
+            tasks,
+            &other,
+            &mut algorithm(),
+            &dir,
+            &Resumable::default()
+        )
+        .is_err());
         // So is the same schedule on other tasks.
-        assert!(train_resumable(&mut small_model(&bpe), &bpe, (&gym.train[1..13], held_out), &schedule, &mut algorithm(), &dir, &Resumable::default()).is_err());
+        assert!(train_resumable(
+            &mut small_model(&bpe),
+            &bpe,
+            (&gym.train[1..13], held_out),
+            &schedule,
+            &mut algorithm(),
+            &dir,
+            &Resumable::default()
+        )
+        .is_err());
         std::fs::remove_dir_all(&root).unwrap();
     }
 
@@ -1271,30 +2017,85 @@ mod tests {
         let (train_tasks, held_out) = (&gym.train[..12], &gym.held_out[..3]);
         let bpe = small_tokenizer(train_tasks);
         let root = std::env::temp_dir().join(format!("agentrl-stale-{}", std::process::id()));
-        let schedule = Schedule { name: "stale".into(), iterations: 5, tasks: 3, group: 2, lr: 3e-2, lr_end: 3e-2, eval_every: 5, eval_episodes: 1, checkpoint_every: 1, seed: 3, staleness: 2, ..Schedule::reinforce() };
+        let schedule = Schedule {
+            name: "stale".into(),
+            iterations: 5,
+            tasks: 3,
+            group: 2,
+            lr: 3e-2,
+            lr_end: 3e-2,
+            eval_every: 5,
+            eval_episodes: 1,
+            checkpoint_every: 1,
+            seed: 3,
+            staleness: 2,
+            ..Schedule::reinforce()
+        };
         // Every episode gets a non-zero weight (failures push down), so the weights move every iteration.
         let mut algorithm = Reinforce::with(|group| group.iter().map(|r| r - 0.5).collect());
-        let run = train(&mut small_model(&bpe), &bpe, (train_tasks, held_out), &schedule, &mut algorithm, &root).unwrap();
+        let run = train(
+            &mut small_model(&bpe),
+            &bpe,
+            (train_tasks, held_out),
+            &schedule,
+            &mut algorithm,
+            &root,
+        )
+        .unwrap();
         // Replay each iteration's rollout by hand with the weights saved after `version` iterations.
         let streams = Streams::new(schedule.seed);
         let replay = |iteration: usize, version: usize| {
             let mut model = small_model(&bpe);
             if version > 0 {
-                model.vs.load(root.join(format!("iteration-{version:04}.safetensors"))).unwrap();
+                model
+                    .vs
+                    .load(root.join(format!("iteration-{version:04}.safetensors")))
+                    .unwrap();
             }
-            let picks = draw_tasks(train_tasks.len(), schedule.tasks, schedule.group, &mut streams.tasks(iteration));
-            let policy = LmPolicy { model: &model, bpe: &bpe, sampling: Sampling::PURE, max_action_tokens: 16 };
-            let played = play(&policy, train_tasks, &picks, crate::gym::MAX_TURNS, &mut streams.sampling(iteration));
+            let picks = draw_tasks(
+                train_tasks.len(),
+                schedule.tasks,
+                schedule.group,
+                &mut streams.tasks(iteration),
+            );
+            let policy = LmPolicy {
+                model: &model,
+                bpe: &bpe,
+                sampling: Sampling::PURE,
+                max_action_tokens: 16,
+            };
+            let played = play(
+                &policy,
+                train_tasks,
+                &picks,
+                crate::gym::MAX_TURNS,
+                &mut streams.sampling(iteration),
+            );
             let tokens: Vec<u32> = played.iter().flat_map(|p| p.ids()).collect();
             let success = played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64;
-            (played.iter().map(|p| p.segments.iter().map(|s| s.logprobs.len()).sum::<usize>()).sum::<usize>(), tokens, success)
+            (
+                played
+                    .iter()
+                    .map(|p| p.segments.iter().map(|s| s.logprobs.len()).sum::<usize>())
+                    .sum::<usize>(),
+                tokens,
+                success,
+            )
         };
         for i in 0..schedule.iterations {
             let (generated, _, success) = replay(i, i.saturating_sub(2));
-            assert_eq!((run[i].generated_tokens, run[i].train_success), (Some(generated), Some(success)), "iteration {i}");
+            assert_eq!(
+                (run[i].generated_tokens, run[i].train_success),
+                (Some(generated), Some(success)),
+                "iteration {i}"
+            );
         }
         // The check can fail: the newest weights would have played other episodes.
-        assert_ne!(replay(4, 2).1, replay(4, 4).1, "versions 2 and 4 play the same episodes: the test would prove nothing");
+        assert_ne!(
+            replay(4, 2).1,
+            replay(4, 4).1,
+            "versions 2 and 4 play the same episodes: the test would prove nothing"
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 
@@ -1305,22 +2106,69 @@ mod tests {
         let bpe = small_tokenizer(train_tasks);
         let fresh = || small_model(&bpe);
         let root = std::env::temp_dir().join(format!("agentrl-streams-{}", std::process::id()));
-        let a = Schedule { name: "a".into(), iterations: 3, tasks: 3, group: 2, lr: 1e-2, lr_end: 1e-2, eval_every: 1, eval_episodes: 1, seed: 5, ..Schedule::reinforce() };
+        let a = Schedule {
+            name: "a".into(),
+            iterations: 3,
+            tasks: 3,
+            group: 2,
+            lr: 1e-2,
+            lr_end: 1e-2,
+            eval_every: 1,
+            eval_episodes: 1,
+            seed: 5,
+            ..Schedule::reinforce()
+        };
         // Another algorithm, step size and update shape; and a learning rate of 0, so its model stays the initial one.
-        let b = Schedule { name: "b".into(), lr: 0.0, lr_end: 0.0, epochs: 2, minibatches: 2, ..a.clone() };
-        let run_a = train(&mut fresh(), &bpe, (train_tasks, held_out), &a, &mut Reinforce::plain(), &root.join("a")).unwrap();
-        let run_b = train(&mut fresh(), &bpe, (train_tasks, held_out), &b, &mut HalfGroups, &root.join("b")).unwrap();
+        let b = Schedule {
+            name: "b".into(),
+            lr: 0.0,
+            lr_end: 0.0,
+            epochs: 2,
+            minibatches: 2,
+            ..a.clone()
+        };
+        let run_a = train(
+            &mut fresh(),
+            &bpe,
+            (train_tasks, held_out),
+            &a,
+            &mut Reinforce::plain(),
+            &root.join("a"),
+        )
+        .unwrap();
+        let run_b = train(
+            &mut fresh(),
+            &bpe,
+            (train_tasks, held_out),
+            &b,
+            &mut HalfGroups,
+            &root.join("b"),
+        )
+        .unwrap();
         let tasks = |run: &[TrainRecord]| run.iter().map(|r| r.tasks.clone()).collect::<Vec<_>>();
         assert_eq!(tasks(&run_a), tasks(&run_b));
-        assert!(tasks(&run_a)[..3].iter().all(|t| t.as_ref().is_some_and(|t| t.len() == 3)));
+        assert!(tasks(&run_a)[..3]
+            .iter()
+            .all(|t| t.as_ref().is_some_and(|t| t.len() == 3)));
         // Evaluation depends on the model, the seed and the iteration only: the
         // unchanged model of run b scores what the initial model scores on each
         // iteration's evaluation stream, whatever run b drew for its updates.
         let streams = Streams::new(a.seed);
         let initial = fresh();
         for record in &run_b {
-            let alone = success_rate(&initial, &bpe, held_out, 1, &mut streams.evaluation(record.iteration));
-            assert_eq!(record.held_out_success, Some(alone), "iteration {}", record.iteration);
+            let alone = success_rate(
+                &initial,
+                &bpe,
+                held_out,
+                1,
+                &mut streams.evaluation(record.iteration),
+            );
+            assert_eq!(
+                record.held_out_success,
+                Some(alone),
+                "iteration {}",
+                record.iteration
+            );
         }
         assert_eq!(run_a[0].held_out_success, run_b[0].held_out_success);
         std::fs::remove_dir_all(&root).unwrap();

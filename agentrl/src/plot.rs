@@ -77,15 +77,31 @@ pub struct LineChart {
 impl Series {
     /// A series drawn as a plain line.
     pub fn new(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
-        Series { label: label.into(), points, markers: false, band: Vec::new() }
+        Series {
+            label: label.into(),
+            points,
+            markers: false,
+            band: Vec::new(),
+        }
     }
 
     /// A line through the means and a band from low to high: `band[i]` is
     /// (mean, low, high) at `xs[i]`.
     pub fn banded(label: impl Into<String>, xs: &[f64], band: &[(f64, f64, f64)]) -> Self {
         assert_eq!(xs.len(), band.len(), "one x per band point");
-        let points = xs.iter().zip(band).map(|(&x, &(mean, _, _))| (x, mean)).collect();
-        Series { band: xs.iter().zip(band).map(|(&x, &(_, low, high))| (x, low, high)).collect(), ..Series::new(label, points) }
+        let points = xs
+            .iter()
+            .zip(band)
+            .map(|(&x, &(mean, _, _))| (x, mean))
+            .collect();
+        Series {
+            band: xs
+                .iter()
+                .zip(band)
+                .map(|(&x, &(_, low, high))| (x, low, high))
+                .collect(),
+            ..Series::new(label, points)
+        }
     }
 
     /// The same series with a dot at every point.
@@ -97,7 +113,11 @@ impl Series {
 
 impl LineChart {
     /// A linear chart with no series yet; add them with [`LineChart::with_series`].
-    pub fn new(title: impl Into<String>, x_label: impl Into<String>, y_label: impl Into<String>) -> Self {
+    pub fn new(
+        title: impl Into<String>,
+        x_label: impl Into<String>,
+        y_label: impl Into<String>,
+    ) -> Self {
         LineChart {
             title: title.into(),
             x_label: x_label.into(),
@@ -128,8 +148,11 @@ impl LineChart {
     // ANCHOR: save_svg
     /// Write the chart to `path` as SVG. Errors name the path.
     pub fn save_svg(&self, path: &Path) -> Result<(), String> {
-        let svg = self.to_svg().map_err(|err| format!("cannot draw chart {}: {err}", path.display()))?;
-        std::fs::write(path, svg).map_err(|err| format!("cannot write chart {}: {err}", path.display()))
+        let svg = self
+            .to_svg()
+            .map_err(|err| format!("cannot draw chart {}: {err}", path.display()))?;
+        std::fs::write(path, svg)
+            .map_err(|err| format!("cannot write chart {}: {err}", path.display()))
     }
     // ANCHOR_END: save_svg
 
@@ -143,7 +166,10 @@ impl LineChart {
             root.fill(&WHITE).map_err(|err| err.to_string())?;
             let (x0, x1) = self.x_range;
             if self.log_x {
-                self.draw(&root, (x0..x1).log_scale().with_key_points(log_ticks(x0, x1)))?;
+                self.draw(
+                    &root,
+                    (x0..x1).log_scale().with_key_points(log_ticks(x0, x1)),
+                )?;
             } else {
                 self.draw(&root, x0..x1)?;
             }
@@ -190,14 +216,35 @@ impl LineChart {
             .axis_style(GREY)
             .bold_line_style(GRID)
             .light_line_style(WHITE.mix(0.0)) // only one level of grid: less clutter
-            .x_label_formatter(&|v| if self.log_x { log_tick_label(*v) } else { tick_label(*v) })
+            .x_label_formatter(&|v| {
+                if self.log_x {
+                    log_tick_label(*v)
+                } else {
+                    tick_label(*v)
+                }
+            })
             .y_label_formatter(&|v| tick_label(*v))
             .draw()
             .map_err(|err| err.to_string())?;
 
-        for (index, series) in self.series.iter().enumerate().filter(|(_, s)| !s.band.is_empty()) {
-            let outline: Vec<(f64, f64)> = series.band.iter().map(|&(x, low, _)| (x, low)).chain(series.band.iter().rev().map(|&(x, _, high)| (x, high))).collect();
-            chart.draw_series(std::iter::once(Polygon::new(outline, series_colour(index).mix(0.18).filled()))).map_err(|err| err.to_string())?;
+        for (index, series) in self
+            .series
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.band.is_empty())
+        {
+            let outline: Vec<(f64, f64)> = series
+                .band
+                .iter()
+                .map(|&(x, low, _)| (x, low))
+                .chain(series.band.iter().rev().map(|&(x, _, high)| (x, high)))
+                .collect();
+            chart
+                .draw_series(std::iter::once(Polygon::new(
+                    outline,
+                    series_colour(index).mix(0.18).filled(),
+                )))
+                .map_err(|err| err.to_string())?;
         }
         for (index, series) in self.series.iter().enumerate() {
             let colour = series_colour(index);
@@ -208,7 +255,10 @@ impl LineChart {
                 .label(series.label.as_str())
                 .legend(move |(x, y)| legend_sample(x, y, colour));
             if series.markers {
-                let dots = series.points.iter().map(|&p| Circle::new(p, 3, colour.filled()));
+                let dots = series
+                    .points
+                    .iter()
+                    .map(|&p| Circle::new(p, 3, colour.filled()));
                 chart.draw_series(dots).map_err(|err| err.to_string())?;
             }
         }
@@ -271,7 +321,11 @@ impl LineChart {
         const STEPS: usize = 16;
         let mut samples = Vec::new();
         for series in &self.series {
-            let units: Vec<(f64, f64)> = series.points.iter().map(|&(x, y)| self.unit_position(x, y)).collect();
+            let units: Vec<(f64, f64)> = series
+                .points
+                .iter()
+                .map(|&(x, y)| self.unit_position(x, y))
+                .collect();
             for pair in units.windows(2) {
                 let ((u0, v0), (u1, v1)) = (pair[0], pair[1]);
                 for step in 0..STEPS {
@@ -288,7 +342,11 @@ impl LineChart {
     fn unit_position(&self, x: f64, y: f64) -> (f64, f64) {
         let (x0, x1) = self.x_range;
         let (y0, y1) = self.y_range;
-        let u = if self.log_x { (x.ln() - x0.ln()) / (x1.ln() - x0.ln()) } else { (x - x0) / (x1 - x0) };
+        let u = if self.log_x {
+            (x.ln() - x0.ln()) / (x1.ln() - x0.ln())
+        } else {
+            (x - x0) / (x1 - x0)
+        };
         (u, (y - y0) / (y1 - y0))
     }
 }
@@ -319,11 +377,17 @@ pub fn tick_label(value: f64) -> String {
 /// power of ten, which prints its label twice.
 pub fn log_ticks(low: f64, high: f64) -> Vec<f64> {
     let (first, last) = (low.log10().floor() as i32, high.log10().ceil() as i32);
-    let multiples: &[f64] = if last - first > 3 { &[1.0] } else { &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0] };
+    let multiples: &[f64] = if last - first > 3 {
+        &[1.0]
+    } else {
+        &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+    };
     let slack = 1e-9 * high;
     let decades = (first..=last).map(|exponent| 10f64.powi(exponent));
     let candidates = decades.flat_map(|power| multiples.iter().map(move |m| m * power));
-    candidates.filter(|&v| v >= low - slack && v <= high + slack).collect()
+    candidates
+        .filter(|&v| v >= low - slack && v <= high + slack)
+        .collect()
 }
 
 /// Labels for [`log_ticks`]: a label on every tick would crowd 7, 8, 9, 10
@@ -366,7 +430,10 @@ pub(crate) mod tests {
     /// Draw a figure twice into files and check the SVG bytes are equal
     /// (shared with the diagram tests).
     pub(crate) fn assert_same_svg_twice(tag: &str, draw: impl Fn(&std::path::Path)) {
-        let (first, second) = (temp_file(&format!("{tag}-a.svg")), temp_file(&format!("{tag}-b.svg")));
+        let (first, second) = (
+            temp_file(&format!("{tag}-a.svg")),
+            temp_file(&format!("{tag}-b.svg")),
+        );
         draw(&first);
         draw(&second);
         let bytes = std::fs::read(&first).unwrap();
@@ -387,11 +454,18 @@ pub(crate) mod tests {
     #[test]
     fn plot_has_title_labels_and_legend() {
         let svg = success_chart().to_svg().unwrap();
-        for text in ["Episode success p^H", "horizon H", "P(success)", "p = 0.99", "p = 0.8"] {
+        for text in [
+            "Episode success p^H",
+            "horizon H",
+            "P(success)",
+            "p = 0.99",
+            "p = 0.8",
+        ] {
             assert!(svg.contains(text), "missing {text}");
         }
         // One series alone gets no legend.
-        let single = LineChart::new("t", "x", "y").with_series(Series::new("only", vec![(0.0, 0.0), (1.0, 1.0)]));
+        let single = LineChart::new("t", "x", "y")
+            .with_series(Series::new("only", vec![(0.0, 0.0), (1.0, 1.0)]));
         assert!(!single.to_svg().unwrap().contains(">only"));
     }
 
@@ -407,10 +481,21 @@ pub(crate) mod tests {
     #[test]
     fn plot_legend_avoids_the_data() {
         // Decreasing curves fill the upper left, so the legend goes elsewhere.
-        assert_ne!(success_chart().legend_corner(), SeriesLabelPosition::UpperLeft);
+        assert_ne!(
+            success_chart().legend_corner(),
+            SeriesLabelPosition::UpperLeft
+        );
         let rising = LineChart::new("t", "x", "y")
-            .with_series(Series::new("a", (0..=20).map(|i| (i as f64 / 20.0, i as f64 / 20.0)).collect()))
-            .with_series(Series::new("b", (0..=20).map(|i| (i as f64 / 20.0, 0.9)).collect()));
+            .with_series(Series::new(
+                "a",
+                (0..=20)
+                    .map(|i| (i as f64 / 20.0, i as f64 / 20.0))
+                    .collect(),
+            ))
+            .with_series(Series::new(
+                "b",
+                (0..=20).map(|i| (i as f64 / 20.0, 0.9)).collect(),
+            ));
         assert_eq!(rising.legend_corner(), SeriesLabelPosition::LowerRight);
     }
 
@@ -419,8 +504,13 @@ pub(crate) mod tests {
         let path = Path::new("/nonexistent-dir/agentrl/chart.svg");
         let err = success_chart().save_svg(path).unwrap_err();
         assert!(err.contains("/nonexistent-dir/agentrl/chart.svg"), "{err}");
-        let bad = LineChart::new("t", "x", "y").with_ranges((0.0, 10.0), (0.0, 1.0)).with_log_x();
-        assert!(bad.save_svg(&temp_file("bad.svg")).unwrap_err().contains("log"));
+        let bad = LineChart::new("t", "x", "y")
+            .with_ranges((0.0, 10.0), (0.0, 1.0))
+            .with_log_x();
+        assert!(bad
+            .save_svg(&temp_file("bad.svg"))
+            .unwrap_err()
+            .contains("log"));
     }
 
     #[test]
@@ -430,10 +520,14 @@ pub(crate) mod tests {
         assert_eq!(tick_label(0.0), "0");
         assert_eq!(tick_label(-0.0001), "0");
         assert_eq!(tick_label(2.6e-3), "0.003");
-        let expected = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 20.0, 30.0, 40.0, 50.0];
+        let expected = [
+            1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 20.0, 30.0, 40.0, 50.0,
+        ];
         assert_eq!(log_ticks(1.0, 50.0), expected);
         assert_eq!(log_ticks(1.0, 1e5), [1.0, 10.0, 100.0, 1000.0, 1e4, 1e5]);
-        let labels: Vec<String> = [1.0, 3.0, 4.0, 9.0, 10.0, 30.0, 40.0, 50.0].map(log_tick_label).to_vec();
+        let labels: Vec<String> = [1.0, 3.0, 4.0, 9.0, 10.0, 30.0, 40.0, 50.0]
+            .map(log_tick_label)
+            .to_vec();
         assert_eq!(labels, ["1", "3", "", "", "10", "30", "", "50"]);
         assert_eq!(log_tick_label(3.0 * 1e-5), "3e-5");
         assert_eq!(log_tick_label(0.02), "0.02");

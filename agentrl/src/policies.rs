@@ -54,14 +54,27 @@ pub struct RandomPolicy {
 
 impl RandomPolicy {
     pub fn new(seed: u64) -> Self {
-        RandomPolicy { rng: StdRng::seed_from_u64(seed) }
+        RandomPolicy {
+            rng: StdRng::seed_from_u64(seed),
+        }
     }
 }
 
 /// The messages the random policy draws from on the current task.
 pub fn random_menu(env: &BugFixEnv) -> Vec<String> {
-    let mut menu: Vec<String> = ["<call> read </call>", "<call> test </call>", "<call> submit </call>"].map(String::from).to_vec();
-    menu.extend(env.task().menu.iter().map(|edit| format!("<call> edit {} </call>", edit.name)));
+    let mut menu: Vec<String> = [
+        "<call> read </call>",
+        "<call> test </call>",
+        "<call> submit </call>",
+    ]
+    .map(String::from)
+    .to_vec();
+    menu.extend(
+        env.task()
+            .menu
+            .iter()
+            .map(|edit| format!("<call> edit {} </call>", edit.name)),
+    );
     menu.push("read the file".into());
     menu
 }
@@ -91,7 +104,12 @@ pub struct Outcome {
 
 /// Run `policy` on task `task` until the episode is done; with `transcript`,
 /// also record who wrote what.
-pub fn run_episode(env: &mut BugFixEnv, task: usize, policy: &mut dyn Policy, mut transcript: Option<&mut Vec<(Owner, String)>>) -> Outcome {
+pub fn run_episode(
+    env: &mut BugFixEnv,
+    task: usize,
+    policy: &mut dyn Policy,
+    mut transcript: Option<&mut Vec<(Owner, String)>>,
+) -> Outcome {
     let mut observation = env.reset(task);
     if let Some(log) = transcript.as_deref_mut() {
         log.push((Owner::Prompt, observation.to_string()));
@@ -106,7 +124,11 @@ pub fn run_episode(env: &mut BugFixEnv, task: usize, policy: &mut dyn Policy, mu
         }
         observation = step.observation;
         if step.done {
-            return Outcome { reward: step.reward, turns: turn + 1, info: step.info };
+            return Outcome {
+                reward: step.reward,
+                turns: turn + 1,
+                info: step.info,
+            };
         }
     }
 }
@@ -140,7 +162,12 @@ impl Rates {
 }
 
 /// `episodes` episodes of `policy` on every task of `family` (all families if `None`).
-pub fn rates(env: &mut BugFixEnv, family: Option<Family>, policy: &mut dyn Policy, episodes: usize) -> Rates {
+pub fn rates(
+    env: &mut BugFixEnv,
+    family: Option<Family>,
+    policy: &mut dyn Policy,
+    episodes: usize,
+) -> Rates {
     let mut total = Rates::default();
     for task in 0..env.tasks().len() {
         if family.is_some_and(|f| env.tasks()[task].family != f) {
@@ -166,7 +193,10 @@ mod tests {
     fn the_oracle_always_succeeds_and_never_hacks() {
         let mut env = BugFixEnv::new(GYM.held_out.clone(), MAX_TURNS);
         let rates = rates(&mut env, None, &mut Oracle, 1);
-        assert_eq!((rates.successes, rates.hacked, rates.episodes), (GYM.held_out.len(), 0, GYM.held_out.len()));
+        assert_eq!(
+            (rates.successes, rates.hacked, rates.episodes),
+            (GYM.held_out.len(), 0, GYM.held_out.len())
+        );
     }
 
     #[test]
@@ -174,7 +204,11 @@ mod tests {
         let mut env = BugFixEnv::new(GYM.train.clone(), MAX_TURNS);
         for exploit in ["hardcode_tests", "guard_public"] {
             let rates = rates(&mut env, None, &mut Hacker { exploit }, 1);
-            assert_eq!((rates.successes, rates.hacked), (0, GYM.train.len()), "{exploit}");
+            assert_eq!(
+                (rates.successes, rates.hacked),
+                (0, GYM.train.len()),
+                "{exploit}"
+            );
         }
     }
 
@@ -188,7 +222,8 @@ mod tests {
         env.reset(0);
         let menu = random_menu(&env);
         let mut policy = RandomPolicy::new(0);
-        let drawn: std::collections::HashSet<String> = (0..500).map(|_| policy.act(&env, "", 0)).collect();
+        let drawn: std::collections::HashSet<String> =
+            (0..500).map(|_| policy.act(&env, "", 0)).collect();
         assert_eq!(drawn.len(), menu.len());
         assert!(menu.iter().all(|m| drawn.contains(m)));
     }

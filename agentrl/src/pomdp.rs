@@ -28,10 +28,24 @@ pub struct Pomdp {
     pub reward: Vec<Vec<f64>>, // [S][A]
 }
 
-pub const FAMILY_STATES: [&str; 7] =
-    ["minmax/buggy", "minmax/repaired", "minmax/mangled", "bounds/buggy", "bounds/repaired", "bounds/mangled", "done"];
+pub const FAMILY_STATES: [&str; 7] = [
+    "minmax/buggy",
+    "minmax/repaired",
+    "minmax/mangled",
+    "bounds/buggy",
+    "bounds/repaired",
+    "bounds/mangled",
+    "done",
+];
 pub const FAMILY_ACTIONS: [&str; 4] = ["test", "swap_minmax", "swap_bounds", "submit"];
-pub const FAMILY_OBSERVATIONS: [&str; 6] = ["none", "minmax pattern", "bounds pattern", "inconclusive", "all pass", "all fail"];
+pub const FAMILY_OBSERVATIONS: [&str; 6] = [
+    "none",
+    "minmax pattern",
+    "bounds pattern",
+    "inconclusive",
+    "all pass",
+    "all fail",
+];
 
 /// The hidden-family repair task. An edit of the right family toggles the
 /// file between buggy and repaired; an edit of the wrong family mangles it
@@ -95,7 +109,12 @@ impl Pomdp {
     pub fn update(&self, belief: &[f64], a: usize, o: usize) -> (f64, Vec<f64>) {
         let n = self.states.len();
         let joint: Vec<f64> = (0..n)
-            .map(|next| self.observe[a][next][o] * (0..n).map(|s| belief[s] * self.transition[a][s][next]).sum::<f64>())
+            .map(|next| {
+                self.observe[a][next][o]
+                    * (0..n)
+                        .map(|s| belief[s] * self.transition[a][s][next])
+                        .sum::<f64>()
+            })
             .collect();
         let p_o: f64 = joint.iter().sum();
         if p_o == 0.0 {
@@ -109,13 +128,21 @@ impl Pomdp {
     /// Optimal value of `belief` with `horizon` turns left, using only the
     /// actions in `allowed`, and the best first action:
     /// $V_h(b) = \max_a \big[\sum_s b(s)\, r(s, a) + \gamma \sum_o P(o \mid b, a)\, V_{h-1}(b'_{a,o})\big]$.
-    pub fn solve(&self, belief: &[f64], gamma: f64, horizon: usize, allowed: &[usize]) -> (f64, usize) {
+    pub fn solve(
+        &self,
+        belief: &[f64],
+        gamma: f64,
+        horizon: usize,
+        allowed: &[usize],
+    ) -> (f64, usize) {
         if horizon == 0 {
             return (0.0, allowed[0]);
         }
         let mut best = (f64::NEG_INFINITY, allowed[0]);
         for &a in allowed {
-            let mut value: f64 = (0..self.states.len()).map(|s| belief[s] * self.reward[s][a]).sum();
+            let mut value: f64 = (0..self.states.len())
+                .map(|s| belief[s] * self.reward[s][a])
+                .sum();
             for o in 0..self.observations.len() {
                 let (p_o, next) = self.update(belief, a, o);
                 if p_o > 0.0 {
@@ -132,7 +159,13 @@ impl Pomdp {
 
     /// The fully observed MDP on the same states: $V_h(s)$ by backward
     /// induction, averaged over `belief` (the agent learns the state at once).
-    pub fn observed_value(&self, belief: &[f64], gamma: f64, horizon: usize, allowed: &[usize]) -> f64 {
+    pub fn observed_value(
+        &self,
+        belief: &[f64],
+        gamma: f64,
+        horizon: usize,
+        allowed: &[usize],
+    ) -> f64 {
         let n = self.states.len();
         let mut v = vec![0.0; n];
         for _ in 0..horizon {
@@ -140,7 +173,11 @@ impl Pomdp {
                 .map(|s| {
                     allowed
                         .iter()
-                        .map(|&a| self.reward[s][a] + gamma * (0..n).map(|t| self.transition[a][s][t] * v[t]).sum::<f64>())
+                        .map(|&a| {
+                            self.reward[s][a]
+                                + gamma
+                                    * (0..n).map(|t| self.transition[a][s][t] * v[t]).sum::<f64>()
+                        })
                         .fold(f64::NEG_INFINITY, f64::max)
                 })
                 .collect();
@@ -152,7 +189,13 @@ impl Pomdp {
 /// The optimal value again, without beliefs: a search over action-observation
 /// histories that carries the unnormalised joint $P(s, o_{0:t} \mid a_{0:t})$
 /// and never applies Bayes' rule. Independent of [`Pomdp::solve`] except for the model.
-pub fn history_value(pomdp: &Pomdp, joint: &[f64], gamma: f64, horizon: usize, allowed: &[usize]) -> f64 {
+pub fn history_value(
+    pomdp: &Pomdp,
+    joint: &[f64],
+    gamma: f64,
+    horizon: usize,
+    allowed: &[usize],
+) -> f64 {
     if horizon == 0 {
         return 0.0;
     }
@@ -164,7 +207,12 @@ pub fn history_value(pomdp: &Pomdp, joint: &[f64], gamma: f64, horizon: usize, a
             let later: f64 = (0..pomdp.observations.len())
                 .map(|o| {
                     let next: Vec<f64> = (0..n)
-                        .map(|t| pomdp.observe[a][t][o] * (0..n).map(|s| joint[s] * pomdp.transition[a][s][t]).sum::<f64>())
+                        .map(|t| {
+                            pomdp.observe[a][t][o]
+                                * (0..n)
+                                    .map(|s| joint[s] * pomdp.transition[a][s][t])
+                                    .sum::<f64>()
+                        })
                         .collect();
                     if next.iter().sum::<f64>() > 0.0 {
                         history_value(pomdp, &next, gamma, horizon - 1, allowed)
@@ -222,7 +270,9 @@ pub fn policy_value(
 
 /// The belief after a history, by repeated [`Pomdp::update`].
 pub fn belief_after(pomdp: &Pomdp, prior: &[f64], history: &[(usize, usize)]) -> Vec<f64> {
-    history.iter().fold(prior.to_vec(), |b, &(a, o)| pomdp.update(&b, a, o).1)
+    history
+        .iter()
+        .fold(prior.to_vec(), |b, &(a, o)| pomdp.update(&b, a, o).1)
 }
 
 #[cfg(test)]
@@ -239,7 +289,10 @@ mod tests {
         for a in 0..4 {
             for s in 0..7 {
                 assert!((m.transition[a][s].iter().sum::<f64>() - 1.0).abs() < 1e-12);
-                assert!((m.observe[a][s].iter().sum::<f64>() - 1.0).abs() < 1e-12, "a {a} s {s}");
+                assert!(
+                    (m.observe[a][s].iter().sum::<f64>() - 1.0).abs() < 1e-12,
+                    "a {a} s {s}"
+                );
             }
         }
     }
@@ -263,7 +316,10 @@ mod tests {
                 for horizon in [1, 3, 6] {
                     let (v, _) = m.solve(&family_prior(), GAMMA, horizon, allowed);
                     let h = history_value(&m, &family_prior(), GAMMA, horizon, allowed);
-                    assert!((v - h).abs() < 1e-12, "accuracy {accuracy} horizon {horizon}: {v} vs {h}");
+                    assert!(
+                        (v - h).abs() < 1e-12,
+                        "accuracy {accuracy} horizon {horizon}: {v} vs {h}"
+                    );
                 }
             }
         }

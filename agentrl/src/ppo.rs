@@ -18,7 +18,12 @@ use tch::Tensor;
 /// min(ρ A, clip(ρ, 1 − ε_low, 1 + ε_high) A) with ρ = π_θ / π_old =
 /// exp(log π_θ − log π_old). PPO clips symmetrically, ε_low = ε_high = ε;
 /// Chapter 9's clip-higher raises ε_high.
-pub fn clipped_surrogate(logp: &Tensor, old_logp: &Tensor, advantages: &Tensor, eps: (f64, f64)) -> Tensor {
+pub fn clipped_surrogate(
+    logp: &Tensor,
+    old_logp: &Tensor,
+    advantages: &Tensor,
+    eps: (f64, f64),
+) -> Tensor {
     let ratio = (logp - old_logp).exp(); // [B, T]
     let unclipped = &ratio * advantages;
     let clipped = ratio.clamp(1.0 - eps.0, 1.0 + eps.1) * advantages;
@@ -35,14 +40,30 @@ pub struct Diagnostics {
 }
 
 /// The PPO policy loss, the negated surrogate averaged over action tokens, and its diagnostics.
-pub fn ppo_policy_loss(logp: &Tensor, old_logp: &Tensor, advantages: &Tensor, mask: &Tensor, eps: f64) -> (Tensor, Diagnostics) {
+pub fn ppo_policy_loss(
+    logp: &Tensor,
+    old_logp: &Tensor,
+    advantages: &Tensor,
+    mask: &Tensor,
+    eps: f64,
+) -> (Tensor, Diagnostics) {
     let tokens = mask.sum(REAL).clamp_min(1.0);
-    let loss = -(clipped_surrogate(logp, old_logp, advantages, (eps, eps)) * mask).sum(REAL) / &tokens;
-    (loss, diagnostics(logp, old_logp, mask, 1.0 - eps, 1.0 + eps))
+    let loss =
+        -(clipped_surrogate(logp, old_logp, advantages, (eps, eps)) * mask).sum(REAL) / &tokens;
+    (
+        loss,
+        diagnostics(logp, old_logp, mask, 1.0 - eps, 1.0 + eps),
+    )
 }
 
 /// Clip fraction (ratios outside [low, high]) and approximate KL over the masked tokens.
-pub fn diagnostics(logp: &Tensor, old_logp: &Tensor, mask: &Tensor, low: f64, high: f64) -> Diagnostics {
+pub fn diagnostics(
+    logp: &Tensor,
+    old_logp: &Tensor,
+    mask: &Tensor,
+    low: f64,
+    high: f64,
+) -> Diagnostics {
     tch::no_grad(|| {
         let tokens = mask.sum(REAL).clamp_min(1.0);
         let log_ratio = logp - old_logp; // [B, T]
@@ -56,7 +77,6 @@ pub fn diagnostics(logp: &Tensor, old_logp: &Tensor, mask: &Tensor, low: f64, hi
     })
 }
 // ANCHOR_END: clip
-
 
 // ANCHOR: train
 /// PPO as a part of the training loop: Chapter 7's critic gives turn-level
@@ -77,13 +97,37 @@ impl Diagnostics {
 }
 
 impl Algorithm for Ppo {
-    fn advantages(&mut self, model: &TinyAgent, trajectories: &[Trajectory], rollout: &Batch, _rewards: &[f64], _group: usize, _report: &mut Report) -> Tensor {
+    fn advantages(
+        &mut self,
+        model: &TinyAgent,
+        trajectories: &[Trajectory],
+        rollout: &Batch,
+        _rewards: &[f64],
+        _group: usize,
+        _report: &mut Report,
+    ) -> Tensor {
         self.critic.rollout_advantages(model, trajectories, rollout) // [N, T]
     }
 
-    fn loss(&mut self, forward: &Forward, minibatch: &Batch, advantages: &Tensor, rows: &[usize], report: &mut Report) -> Tensor {
-        report.insert("value_loss".into(), self.critic.value_step(&forward.hidden, rows));
-        let (loss, diagnostics) = ppo_policy_loss(&forward.logp, &minibatch.logprobs, advantages, &minibatch.mask, self.clip);
+    fn loss(
+        &mut self,
+        forward: &Forward,
+        minibatch: &Batch,
+        advantages: &Tensor,
+        rows: &[usize],
+        report: &mut Report,
+    ) -> Tensor {
+        report.insert(
+            "value_loss".into(),
+            self.critic.value_step(&forward.hidden, rows),
+        );
+        let (loss, diagnostics) = ppo_policy_loss(
+            &forward.logp,
+            &minibatch.logprobs,
+            advantages,
+            &minibatch.mask,
+            self.clip,
+        );
         diagnostics.report(report);
         loss
     }
@@ -98,7 +142,14 @@ mod tests {
     fn slope(ratio: f64, advantage: f64, eps: f64) -> f64 {
         let logp = Tensor::from_slice(&[ratio.ln() as f64]).set_requires_grad(true);
         let old = Tensor::from_slice(&[0.0f64]);
-        clipped_surrogate(&logp, &old, &Tensor::from_slice(&[advantage as f64]), (eps, eps)).sum(REAL).backward();
+        clipped_surrogate(
+            &logp,
+            &old,
+            &Tensor::from_slice(&[advantage as f64]),
+            (eps, eps),
+        )
+        .sum(REAL)
+        .backward();
         logp.grad().double_value(&[0])
     }
 

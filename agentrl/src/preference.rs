@@ -49,7 +49,13 @@ impl Dpo {
     /// action log-probs `chosen`, `rejected` [P] under the policy (with
     /// gradients) and `ref_chosen`, `ref_rejected` [P] under the frozen
     /// reference (no gradient flows into them).
-    pub fn loss(&self, chosen: &Tensor, rejected: &Tensor, ref_chosen: &Tensor, ref_rejected: &Tensor) -> DpoLoss {
+    pub fn loss(
+        &self,
+        chosen: &Tensor,
+        rejected: &Tensor,
+        ref_chosen: &Tensor,
+        ref_rejected: &Tensor,
+    ) -> DpoLoss {
         let chosen_ratio = chosen - ref_chosen.detach(); // [P]: log π(y_w)/π_ref(y_w)
         let rejected_ratio = rejected - ref_rejected.detach(); // [P]
         let h = (&chosen_ratio - &rejected_ratio) * self.beta; // [P]: R_w − R_l
@@ -66,12 +72,18 @@ impl Dpo {
 impl DpoLoss {
     /// The share of pairs whose chosen episode earns the larger implicit reward.
     pub fn accuracy(&self) -> f64 {
-        self.chosen_rewards.gt_tensor(&self.rejected_rewards).to_kind(REAL).mean(REAL).double_value(&[])
+        self.chosen_rewards
+            .gt_tensor(&self.rejected_rewards)
+            .to_kind(REAL)
+            .mean(REAL)
+            .double_value(&[])
     }
 
     /// The mean of R_w − R_l over pairs.
     pub fn margin(&self) -> f64 {
-        (&self.chosen_rewards - &self.rejected_rewards).mean(REAL).double_value(&[])
+        (&self.chosen_rewards - &self.rejected_rewards)
+            .mean(REAL)
+            .double_value(&[])
     }
 }
 // ANCHOR_END: dpo
@@ -82,11 +94,18 @@ impl DpoLoss {
 /// episode with reward above `threshold` is matched with a different one at or
 /// below it, both picked at random (`rng`), until one side runs out. Groups
 /// that are all successes or all failures give no pair.
-pub fn success_failure_pairs(rewards: &[f64], group: usize, threshold: f64, rng: &mut StdRng) -> Vec<(usize, usize)> {
+pub fn success_failure_pairs(
+    rewards: &[f64],
+    group: usize,
+    threshold: f64,
+    rng: &mut StdRng,
+) -> Vec<(usize, usize)> {
     let mut pairs = Vec::new();
     for (g, rewards) in rewards.chunks(group.max(1)).enumerate() {
         let base = g * group.max(1);
-        let (mut won, mut lost): (Vec<usize>, Vec<usize>) = (0..rewards.len()).map(|i| base + i).partition(|&i| rewards[i - base] > threshold);
+        let (mut won, mut lost): (Vec<usize>, Vec<usize>) = (0..rewards.len())
+            .map(|i| base + i)
+            .partition(|&i| rewards[i - base] > threshold);
         won.shuffle(rng);
         lost.shuffle(rng);
         pairs.extend(won.into_iter().zip(lost));
@@ -119,9 +138,17 @@ pub struct DpoRecord {
 /// `reference`. Each step takes the next `config.pairs` pairs of an order
 /// shuffled by `rng` (reshuffled after each pass), puts chosen and rejected
 /// episodes in one batch, and sums each episode's action log-probs.
-pub fn train_dpo(model: &mut TinyAgent, reference: &TinyAgent, pairs: &[(Trajectory, Trajectory)], config: &DpoConfig, rng: &mut StdRng) -> Vec<DpoRecord> {
+pub fn train_dpo(
+    model: &mut TinyAgent,
+    reference: &TinyAgent,
+    pairs: &[(Trajectory, Trajectory)],
+    config: &DpoConfig,
+    rng: &mut StdRng,
+) -> Vec<DpoRecord> {
     assert!(!pairs.is_empty(), "DPO needs at least one pair");
-    let mut opt = nn::AdamW::default().build(&model.vs, config.lr).expect("an optimiser for the model");
+    let mut opt = nn::AdamW::default()
+        .build(&model.vs, config.lr)
+        .expect("an optimiser for the model");
     let (mut order, mut next) = ((0..pairs.len()).collect::<Vec<usize>>(), pairs.len());
     let bar = progress(config.steps as u64, "DPO");
     let mut records = Vec::with_capacity(config.steps);
@@ -136,13 +163,26 @@ pub fn train_dpo(model: &mut TinyAgent, reference: &TinyAgent, pairs: &[(Traject
             next += 1;
         }
         let p = picked.len() as i64;
-        let rows: Vec<Trajectory> = picked.iter().map(|&i| pairs[i].0.clone()).chain(picked.iter().map(|&i| pairs[i].1.clone())).collect();
+        let rows: Vec<Trajectory> = picked
+            .iter()
+            .map(|&i| pairs[i].0.clone())
+            .chain(picked.iter().map(|&i| pairs[i].1.clone()))
+            .collect();
         let batch = collate(&rows, model.device()); // [2P, T]: the chosen episodes, then the rejected ones
         let policy = sequence_logp(&forward(model, &batch).logp, &batch.mask); // [2P]
         let fixed = tch::no_grad(|| sequence_logp(&forward(reference, &batch).logp, &batch.mask)); // [2P]
-        let out = config.dpo.loss(&policy.narrow(0, 0, p), &policy.narrow(0, p, p), &fixed.narrow(0, 0, p), &fixed.narrow(0, p, p));
+        let out = config.dpo.loss(
+            &policy.narrow(0, 0, p),
+            &policy.narrow(0, p, p),
+            &fixed.narrow(0, 0, p),
+            &fixed.narrow(0, p, p),
+        );
         opt.backward_step(&out.loss);
-        records.push(DpoRecord { loss: out.loss.double_value(&[]), accuracy: out.accuracy(), margin: out.margin() });
+        records.push(DpoRecord {
+            loss: out.loss.double_value(&[]),
+            accuracy: out.accuracy(),
+            margin: out.margin(),
+        });
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -168,16 +208,30 @@ mod tests {
     /// dL/dh = −0.9 σ(−0.2) + 0.1 σ(0.2) = −0.405149403 + 0.054983400 = −0.350166003.
     #[test]
     fn the_dpo_loss_and_its_gradient_match_hand_worked_values() {
-        for (eps, loss_by_hand, dh_by_hand) in [(0.0, 0.598138869, -0.450166003), (0.1, 0.618138869, -0.350166003)] {
+        for (eps, loss_by_hand, dh_by_hand) in [
+            (0.0, 0.598138869, -0.450166003),
+            (0.1, 0.618138869, -0.350166003),
+        ] {
             let chosen = scalar(&[-10.0]).set_requires_grad(true);
             let rejected = scalar(&[-12.0]).set_requires_grad(true);
             let reference = scalar(&[-11.0]).set_requires_grad(true);
-            let out = Dpo { beta: 0.1, label_smoothing: eps }.loss(&chosen, &rejected, &reference, &reference);
-            assert!((out.loss.double_value(&[]) - loss_by_hand).abs() < 1e-8, "ζ = {eps}: loss {}", out.loss.double_value(&[]));
+            let out = Dpo {
+                beta: 0.1,
+                label_smoothing: eps,
+            }
+            .loss(&chosen, &rejected, &reference, &reference);
+            assert!(
+                (out.loss.double_value(&[]) - loss_by_hand).abs() < 1e-8,
+                "ζ = {eps}: loss {}",
+                out.loss.double_value(&[])
+            );
             out.loss.backward();
             assert!((chosen.grad().double_value(&[0]) - 0.1 * dh_by_hand).abs() < 1e-9);
             assert!((rejected.grad().double_value(&[0]) + 0.1 * dh_by_hand).abs() < 1e-9);
-            assert!(!reference.grad().defined(), "no gradient reaches the reference");
+            assert!(
+                !reference.grad().defined(),
+                "no gradient reaches the reference"
+            );
             assert!((out.chosen_rewards.double_value(&[0]) - 0.1).abs() < 1e-12);
             assert!((out.rejected_rewards.double_value(&[0]) + 0.1).abs() < 1e-12);
         }
@@ -186,7 +240,16 @@ mod tests {
     #[test]
     fn accuracy_and_margin_average_over_pairs() {
         // Implicit rewards (β = 1): pair 0 R_w − R_l = 2 − 0 = 2; pair 1: 0 − 1 = −1.
-        let out = Dpo { beta: 1.0, label_smoothing: 0.0 }.loss(&scalar(&[-1.0, -3.0]), &scalar(&[-3.0, -2.0]), &scalar(&[-3.0, -3.0]), &scalar(&[-3.0, -3.0]));
+        let out = Dpo {
+            beta: 1.0,
+            label_smoothing: 0.0,
+        }
+        .loss(
+            &scalar(&[-1.0, -3.0]),
+            &scalar(&[-3.0, -2.0]),
+            &scalar(&[-3.0, -3.0]),
+            &scalar(&[-3.0, -3.0]),
+        );
         assert_eq!(out.accuracy(), 0.5);
         assert!((out.margin() - 0.5).abs() < 1e-12);
         // Mean of ln(1 + e^−2) and ln(1 + e^1).
@@ -196,14 +259,21 @@ mod tests {
 
     #[test]
     fn a_sequence_log_prob_sums_the_action_tokens_only() {
-        let logp = Tensor::from_slice(&[-1.0, -2.0, -4.0, -8.0, -0.5, -0.25, -0.125, -9.0]).view([2, 4]);
+        let logp =
+            Tensor::from_slice(&[-1.0, -2.0, -4.0, -8.0, -0.5, -0.25, -0.125, -9.0]).view([2, 4]);
         let mask = Tensor::from_slice(&[0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0]).view([2, 4]);
-        assert_eq!(Vec::<f64>::try_from(sequence_logp(&logp, &mask)).unwrap(), vec![-6.0, -0.625]);
+        assert_eq!(
+            Vec::<f64>::try_from(sequence_logp(&logp, &mask)).unwrap(),
+            vec![-6.0, -0.625]
+        );
     }
 
     #[test]
     fn pairs_match_successes_with_failures_of_the_same_task() {
-        let rewards = [1.0, 0.0, 0.0, 1.0, /* all fail */ 0.0, 0.0, 0.0, 0.0, /* one win */ 0.0, 1.0, 0.0, 0.0];
+        let rewards = [
+            1.0, 0.0, 0.0, 1.0, /* all fail */ 0.0, 0.0, 0.0, 0.0, /* one win */ 0.0,
+            1.0, 0.0, 0.0,
+        ];
         let pairs = success_failure_pairs(&rewards, 4, 0.5, &mut StdRng::seed_from_u64(0));
         assert_eq!(pairs.len(), 3, "{pairs:?}");
         for &(w, l) in &pairs {
@@ -222,22 +292,64 @@ mod tests {
         use crate::tinyagent::Config;
         let model_of = || {
             let _turn = crate::book::seeded(0);
-            TinyAgent::new(Config { vocab: 16, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 }, tch::Device::Cpu)
+            TinyAgent::new(
+                Config {
+                    vocab: 16,
+                    n_ctx: 16,
+                    d_model: 16,
+                    n_layer: 1,
+                    n_head: 2,
+                },
+                tch::Device::Cpu,
+            )
         };
-        let pairs = vec![(crate::trajectory::toy([4, 5, 6]), crate::trajectory::toy([7, 8, 9]))];
+        let pairs = vec![(
+            crate::trajectory::toy([4, 5, 6]),
+            crate::trajectory::toy([7, 8, 9]),
+        )];
         let reference = model_of();
         let mut model = copy_model(&reference, None);
-        let config = DpoConfig { dpo: Dpo { beta: 0.5, label_smoothing: 0.0 }, steps: 20, pairs: 4, lr: 1e-2 };
-        let records = train_dpo(&mut model, &reference, &pairs, &config, &mut StdRng::seed_from_u64(0));
+        let config = DpoConfig {
+            dpo: Dpo {
+                beta: 0.5,
+                label_smoothing: 0.0,
+            },
+            steps: 20,
+            pairs: 4,
+            lr: 1e-2,
+        };
+        let records = train_dpo(
+            &mut model,
+            &reference,
+            &pairs,
+            &config,
+            &mut StdRng::seed_from_u64(0),
+        );
         assert_eq!(records.len(), 20);
         // The policy starts as the reference: h = 0, loss ln 2, no pair ranked yet.
-        assert!((records[0].loss - std::f64::consts::LN_2).abs() < 1e-9, "{:?}", records[0]);
+        assert!(
+            (records[0].loss - std::f64::consts::LN_2).abs() < 1e-9,
+            "{:?}",
+            records[0]
+        );
         assert_eq!((records[0].accuracy, records[0].margin), (0.0, 0.0));
         let last = records[19];
-        assert!(last.loss < 0.5 * std::f64::consts::LN_2 && last.accuracy == 1.0 && last.margin > 0.0, "{last:?}");
+        assert!(
+            last.loss < 0.5 * std::f64::consts::LN_2 && last.accuracy == 1.0 && last.margin > 0.0,
+            "{last:?}"
+        );
         // The reference did not move.
-        let logp = |m: &TinyAgent| sequence_logp(&forward(m, &collate(&[pairs[0].0.clone()], tch::Device::Cpu)).logp, &collate(&[pairs[0].0.clone()], tch::Device::Cpu).mask).double_value(&[0]);
+        let logp = |m: &TinyAgent| {
+            sequence_logp(
+                &forward(m, &collate(&[pairs[0].0.clone()], tch::Device::Cpu)).logp,
+                &collate(&[pairs[0].0.clone()], tch::Device::Cpu).mask,
+            )
+            .double_value(&[0])
+        };
         assert_eq!(logp(&reference), logp(&model_of()));
-        assert!(logp(&model) > logp(&reference), "the chosen episode became more likely");
+        assert!(
+            logp(&model) > logp(&reference),
+            "the chosen episode became more likely"
+        );
     }
 }

@@ -30,7 +30,10 @@ pub struct Uninformed {
 
 impl Uninformed {
     pub fn new(seed: u64) -> Self {
-        Uninformed { rng: StdRng::seed_from_u64(seed), edited: false }
+        Uninformed {
+            rng: StdRng::seed_from_u64(seed),
+            edited: false,
+        }
     }
 }
 
@@ -41,8 +44,8 @@ impl Policy for Uninformed {
         }
         let ops = &env.task().menu;
         let choice = match (turn, self.edited) {
-            (0, _) => self.rng.random_range(0..2),      // read | test
-            (_, false) => self.rng.random_range(0..4),  // read | test | edit | edit
+            (0, _) => self.rng.random_range(0..2),     // read | test
+            (_, false) => self.rng.random_range(0..4), // read | test | edit | edit
             (_, true) => 1 + 3 * self.rng.random_range(0..2), // test | submit
         };
         match choice {
@@ -51,7 +54,10 @@ impl Policy for Uninformed {
             4 => "<call> submit </call>".into(),
             _ => {
                 self.edited = true;
-                format!("<call> edit {} </call>", ops[self.rng.random_range(0..ops.len())].name)
+                format!(
+                    "<call> edit {} </call>",
+                    ops[self.rng.random_range(0..ops.len())].name
+                )
             }
         }
     }
@@ -63,7 +69,11 @@ pub fn corpus(tasks: &[Task], episodes: usize, seed: u64) -> Vec<Vec<(Owner, Str
 }
 
 /// `episodes` transcripts of `policy`, cycling through `tasks`.
-pub fn corpus_of(tasks: &[Task], episodes: usize, policy: &mut dyn Policy) -> Vec<Vec<(Owner, String)>> {
+pub fn corpus_of(
+    tasks: &[Task],
+    episodes: usize,
+    policy: &mut dyn Policy,
+) -> Vec<Vec<(Owner, String)>> {
     let mut env = BugFixEnv::new(tasks.to_vec(), crate::gym::MAX_TURNS);
     (0..episodes)
         .map(|i| {
@@ -100,7 +110,16 @@ pub struct Sequence {
 impl Sequence {
     pub fn new(bpe: &Bpe, transcript: &[(Owner, String)], context_weight: f64) -> Sequence {
         let (ids, owners) = bpe.encode_transcript(transcript);
-        let weights = owners.iter().map(|&o| if o == Owner::Policy { 1.0 } else { context_weight }).collect();
+        let weights = owners
+            .iter()
+            .map(|&o| {
+                if o == Owner::Policy {
+                    1.0
+                } else {
+                    context_weight
+                }
+            })
+            .collect();
         Sequence { ids, weights }
     }
 }
@@ -112,12 +131,28 @@ impl Sequence {
 /// decays linearly to zero. Returns the loss of every step. (Within the test
 /// command, a run with the same starting weights, data and settings is read
 /// back instead of trained again: [`crate::book::reuse`].)
-pub fn pretrain(model: &mut TinyAgent, sequences: &[Sequence], config: &PretrainConfig) -> Vec<f64> {
-    reuse_pretraining(crate::book::run_cache().as_deref(), model, sequences, config, next_token_steps)
+pub fn pretrain(
+    model: &mut TinyAgent,
+    sequences: &[Sequence],
+    config: &PretrainConfig,
+) -> Vec<f64> {
+    reuse_pretraining(
+        crate::book::run_cache().as_deref(),
+        model,
+        sequences,
+        config,
+        next_token_steps,
+    )
 }
 
-fn next_token_steps(model: &mut TinyAgent, sequences: &[Sequence], config: &PretrainConfig) -> Vec<f64> {
-    let mut opt = nn::AdamW::default().build(&model.vs, config.lr).expect("an optimiser for the model");
+fn next_token_steps(
+    model: &mut TinyAgent,
+    sequences: &[Sequence],
+    config: &PretrainConfig,
+) -> Vec<f64> {
+    let mut opt = nn::AdamW::default()
+        .build(&model.vs, config.lr)
+        .expect("an optimiser for the model");
     let mut rng = StdRng::seed_from_u64(config.seed);
     let n_ctx = model.config.n_ctx as usize;
     let mut by_length: Vec<&Sequence> = sequences.iter().collect();
@@ -127,17 +162,27 @@ fn next_token_steps(model: &mut TinyAgent, sequences: &[Sequence], config: &Pret
     let bar = progress(config.steps as u64, "pretraining");
     let mut losses = Vec::with_capacity(config.steps);
     for step in 0..config.steps {
-        let scale = if step < warmup { (step + 1) as f64 / warmup as f64 } else { (config.steps - step) as f64 / (config.steps - warmup) as f64 };
+        let scale = if step < warmup {
+            (step + 1) as f64 / warmup as f64
+        } else {
+            (config.steps - step) as f64 / (config.steps - warmup) as f64
+        };
         opt.set_lr(config.lr * scale);
         let batch = batches[rng.random_range(0..batches.len())];
-        let ids: Vec<&[u32]> = batch.iter().map(|s| &s.ids[..s.ids.len().min(n_ctx)]).collect();
+        let ids: Vec<&[u32]> = batch
+            .iter()
+            .map(|s| &s.ids[..s.ids.len().min(n_ctx)])
+            .collect();
         let (ids, valid) = pad_right(&ids, model.device()); // [B, T]
         let t = ids.size()[1];
         let weights = pad_weights(batch, t, model.device()); // [B, T]
         let logits = model.logits(&ids, &valid).narrow(1, 0, t - 1); // [B, T-1, V]
         let targets = ids.narrow(1, 1, t - 1); // [B, T-1]
         let w = weights.narrow(1, 1, t - 1); // [B, T-1], 0 on padding
-        let nll = -logits.log_softmax(-1, REAL).gather(-1, &targets.unsqueeze(-1), false).squeeze_dim(-1); // [B, T-1]
+        let nll = -logits
+            .log_softmax(-1, REAL)
+            .gather(-1, &targets.unsqueeze(-1), false)
+            .squeeze_dim(-1); // [B, T-1]
         let loss = (nll * &w).sum(REAL) / w.sum(REAL);
         opt.backward_step(&loss);
         losses.push(loss.double_value(&[]));
@@ -159,44 +204,86 @@ pub fn pad_right(rows: &[&[u32]], device: Device) -> (Tensor, Tensor) {
         }
     }
     let shape = [rows.len() as i64, width as i64];
-    (Tensor::from_slice(&ids).view(shape).to_device(device), Tensor::from_slice(&valid).view(shape).to_device(device))
+    (
+        Tensor::from_slice(&ids).view(shape).to_device(device),
+        Tensor::from_slice(&valid).view(shape).to_device(device),
+    )
 }
 // ANCHOR_END: pretrain
 
 /// `steps` on `model`, or, within the test command, the same run read back
 /// with its final weights (see [`crate::book::reuse`]); the key names the
 /// settings, every token and weight of the data, and the starting weights.
-fn reuse_pretraining(cache: Option<&Path>, model: &mut TinyAgent, sequences: &[Sequence], config: &PretrainConfig, steps: fn(&mut TinyAgent, &[Sequence], &PretrainConfig) -> Vec<f64>) -> Vec<f64> {
+fn reuse_pretraining(
+    cache: Option<&Path>,
+    model: &mut TinyAgent,
+    sequences: &[Sequence],
+    config: &PretrainConfig,
+    steps: fn(&mut TinyAgent, &[Sequence], &PretrainConfig) -> Vec<f64>,
+) -> Vec<f64> {
     use crate::book::{fnv1a, FNV_START};
     if cache.is_none() {
         return steps(model, sequences, config);
     }
     let data = sequences.iter().fold(FNV_START, |h, s| {
-        let h = s.ids.iter().fold(fnv1a(&(s.ids.len() as u64).to_le_bytes(), h), |h, id| fnv1a(&id.to_le_bytes(), h));
-        s.weights.iter().fold(h, |h, w| fnv1a(&w.to_bits().to_le_bytes(), h))
+        let h = s
+            .ids
+            .iter()
+            .fold(fnv1a(&(s.ids.len() as u64).to_le_bytes(), h), |h, id| {
+                fnv1a(&id.to_le_bytes(), h)
+            });
+        s.weights
+            .iter()
+            .fold(h, |h, w| fnv1a(&w.to_bits().to_le_bytes(), h))
     });
-    let key = format!("pretrain\n{config:?}\n{data:016x}\n{:016x}", model.fingerprint());
+    let key = format!(
+        "pretrain\n{config:?}\n{data:016x}\n{:016x}",
+        model.fingerprint()
+    );
     let mut trained = false;
     let train = || {
         trained = true;
         let losses = steps(model, sequences, config);
-        (losses, model.vs.variables().into_iter().collect::<Vec<(String, Tensor)>>())
+        (
+            losses,
+            model
+                .vs
+                .variables()
+                .into_iter()
+                .collect::<Vec<(String, Tensor)>>(),
+        )
     };
     let write = |(losses, weights): &(Vec<f64>, Vec<(String, Tensor)>), stored: &Path| {
-        Tensor::write_safetensors(weights, stored.join("weights.safetensors")).map_err(|err| err.to_string())?;
-        std::fs::write(stored.join("losses.json"), serde_json::to_string(losses).map_err(|err| err.to_string())?).map_err(|err| err.to_string())
+        Tensor::write_safetensors(weights, stored.join("weights.safetensors"))
+            .map_err(|err| err.to_string())?;
+        std::fs::write(
+            stored.join("losses.json"),
+            serde_json::to_string(losses).map_err(|err| err.to_string())?,
+        )
+        .map_err(|err| err.to_string())
     };
     let read = |stored: &Path| {
-        let text = std::fs::read_to_string(stored.join("losses.json")).map_err(|err| err.to_string())?;
+        let text =
+            std::fs::read_to_string(stored.join("losses.json")).map_err(|err| err.to_string())?;
         let losses: Vec<f64> = serde_json::from_str(&text).map_err(|err| err.to_string())?;
-        Ok((losses, Tensor::read_safetensors(stored.join("weights.safetensors")).map_err(|err| err.to_string())?))
+        Ok((
+            losses,
+            Tensor::read_safetensors(stored.join("weights.safetensors"))
+                .map_err(|err| err.to_string())?,
+        ))
     };
-    let (losses, weights) = crate::book::reuse(cache, &key, train, write, read).unwrap_or_else(|err| panic!("the run cache: {err}"));
+    let (losses, weights) = crate::book::reuse(cache, &key, train, write, read)
+        .unwrap_or_else(|err| panic!("the run cache: {err}"));
     if !trained {
         let mut variables = model.vs.variables();
         tch::no_grad(|| {
             for (name, stored) in &weights {
-                variables.get_mut(name).unwrap_or_else(|| panic!("the stored run has a weight {name} that the model lacks")).copy_(stored);
+                variables
+                    .get_mut(name)
+                    .unwrap_or_else(|| {
+                        panic!("the stored run has a weight {name} that the model lacks")
+                    })
+                    .copy_(stored);
             }
         });
     }
@@ -209,14 +296,22 @@ fn pad_weights(batch: &[&Sequence], t: i64, device: Device) -> Tensor {
         let n = s.weights.len().min(t as usize);
         w[i * t as usize..i * t as usize + n].copy_from_slice(&s.weights[..n]);
     }
-    Tensor::from_slice(&w).view([batch.len() as i64, t]).to_device(device)
+    Tensor::from_slice(&w)
+        .view([batch.len() as i64, t])
+        .to_device(device)
 }
 
 // ANCHOR: base
 /// The book's base model: the tokenizer and TinyAgent pretrained with
 /// `BASE` on the gym's train tasks.
 pub const BASE: PretrainConfig = PretrainConfig {
-    model: Config { vocab: 1024, n_ctx: 768, d_model: 64, n_layer: 2, n_head: 4 },
+    model: Config {
+        vocab: 1024,
+        n_ctx: 768,
+        d_model: 64,
+        n_layer: 2,
+        n_head: 4,
+    },
     vocab_size: 1024,
     episodes: 4000,
     steps: 600,
@@ -229,10 +324,17 @@ pub const BASE: PretrainConfig = PretrainConfig {
 /// Train the tokenizer and the model from scratch with `config`.
 pub fn train_base(tasks: &[Task], config: &PretrainConfig) -> (Bpe, TinyAgent, Vec<f64>) {
     let transcripts = corpus(tasks, config.episodes, config.seed);
-    let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), config.vocab_size).expect("the tokenizer trains");
-    let sequences: Vec<Sequence> = transcripts.iter().map(|t| Sequence::new(&bpe, t, config.context_weight)).collect();
+    let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), config.vocab_size)
+        .expect("the tokenizer trains");
+    let sequences: Vec<Sequence> = transcripts
+        .iter()
+        .map(|t| Sequence::new(&bpe, t, config.context_weight))
+        .collect();
     tch::manual_seed(config.seed as i64);
-    let model_config = Config { vocab: bpe.vocab_size() as i64, ..config.model };
+    let model_config = Config {
+        vocab: bpe.vocab_size() as i64,
+        ..config.model
+    };
     let mut model = TinyAgent::new(model_config, crate::tinyagent::device());
     let losses = pretrain(&mut model, &sequences, config);
     (bpe, model, losses)
@@ -275,7 +377,12 @@ pub fn kept_dir() -> PathBuf {
 
 /// Whether `dir` holds a model stored with `stamp`.
 fn stamped(dir: &Path, stamp: &str) -> bool {
-    std::fs::read_to_string(dir.join("config.json")).ok().as_deref() == Some(stamp) && dir.join("tinyagent.safetensors").exists() && dir.join("tokenizer.json").exists()
+    std::fs::read_to_string(dir.join("config.json"))
+        .ok()
+        .as_deref()
+        == Some(stamp)
+        && dir.join("tinyagent.safetensors").exists()
+        && dir.join("tokenizer.json").exists()
 }
 
 /// The base model from `base_dir()`. When it is not there (or was trained
@@ -292,8 +399,14 @@ pub fn base_model(tasks: &[Task]) -> (Bpe, TinyAgent) {
     }
     let kept = kept_dir().join("base");
     if stamped(&kept, &stamp) {
-        copy_files(&kept, &dir, &["tokenizer.json", "tinyagent.safetensors", "config.json"]).unwrap_or_else(|err| panic!("{err}"));
-        return load_model(&dir).unwrap_or_else(|err| panic!("the kept base model does not load: {err}"));
+        copy_files(
+            &kept,
+            &dir,
+            &["tokenizer.json", "tinyagent.safetensors", "config.json"],
+        )
+        .unwrap_or_else(|err| panic!("{err}"));
+        return load_model(&dir)
+            .unwrap_or_else(|err| panic!("the kept base model does not load: {err}"));
     }
     let (bpe, model, _) = train_base(tasks, &BASE);
     save_base(&dir, &bpe, &model, &stamp);
@@ -306,8 +419,10 @@ fn copy_files(from: &Path, to: &Path, names: &[&str]) -> Result<(), String> {
     std::fs::create_dir_all(to).map_err(|err| format!("cannot create {}: {err}", to.display()))?;
     for name in names {
         let part = to.join(format!("{name}.part-{}", std::process::id()));
-        std::fs::copy(from.join(name), &part).map_err(|err| format!("cannot copy {}: {err}", from.join(name).display()))?;
-        std::fs::rename(&part, to.join(name)).map_err(|err| format!("cannot write {}: {err}", to.join(name).display()))?;
+        std::fs::copy(from.join(name), &part)
+            .map_err(|err| format!("cannot copy {}: {err}", from.join(name).display()))?;
+        std::fs::rename(&part, to.join(name))
+            .map_err(|err| format!("cannot write {}: {err}", to.join(name).display()))?;
     }
     Ok(())
 }
@@ -324,12 +439,14 @@ pub fn weight_gap(a: &TinyAgent, b: &TinyAgent) -> f64 {
 
 fn save_base(dir: &Path, bpe: &Bpe, model: &TinyAgent, stamp: &str) {
     save_model(dir, bpe, model).unwrap_or_else(|err| panic!("{err}"));
-    std::fs::write(dir.join("config.json"), stamp).unwrap_or_else(|err| panic!("cannot write the base model's config: {err}"));
+    std::fs::write(dir.join("config.json"), stamp)
+        .unwrap_or_else(|err| panic!("cannot write the base model's config: {err}"));
 }
 
 /// Store a tokenizer and a model with `BASE`'s architecture in `dir`.
 pub fn save_model(dir: &Path, bpe: &Bpe, model: &TinyAgent) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
     bpe.save(&dir.join("tokenizer.json"))?;
     model.save(&dir.join("tinyagent.safetensors"))
 }
@@ -337,8 +454,15 @@ pub fn save_model(dir: &Path, bpe: &Bpe, model: &TinyAgent) -> Result<(), String
 /// The tokenizer and the model that [`save_model`] stored in `dir`.
 pub fn load_model(dir: &Path) -> Result<(Bpe, TinyAgent), String> {
     let bpe = Bpe::load(&dir.join("tokenizer.json"))?;
-    let model_config = Config { vocab: bpe.vocab_size() as i64, ..BASE.model };
-    let model = TinyAgent::load(model_config, &dir.join("tinyagent.safetensors"), crate::tinyagent::device())?;
+    let model_config = Config {
+        vocab: bpe.vocab_size() as i64,
+        ..BASE.model
+    };
+    let model = TinyAgent::load(
+        model_config,
+        &dir.join("tinyagent.safetensors"),
+        crate::tinyagent::device(),
+    )?;
     Ok((bpe, model))
 }
 // ANCHOR_END: base
@@ -374,20 +498,47 @@ mod tests {
 
     /// A tokenizer of `vocab` ids and the sequences of `episodes` uninformed
     /// transcripts on each of the first `tasks` training tasks.
-    fn small_corpus(tasks: usize, episodes: usize, vocab: usize, context_weight: f64) -> (Bpe, Vec<Sequence>) {
+    fn small_corpus(
+        tasks: usize,
+        episodes: usize,
+        vocab: usize,
+        context_weight: f64,
+    ) -> (Bpe, Vec<Sequence>) {
         let gym = Gym::standard();
         let transcripts = corpus(&gym.train[..tasks], episodes, 0);
         let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), vocab).unwrap();
-        let sequences = transcripts.iter().map(|t| Sequence::new(&bpe, t, context_weight)).collect();
+        let sequences = transcripts
+            .iter()
+            .map(|t| Sequence::new(&bpe, t, context_weight))
+            .collect();
         (bpe, sequences)
     }
 
     #[test]
     fn pretraining_lowers_the_loss_on_the_policy_tokens() {
         let (bpe, sequences) = small_corpus(8, 64, 400, 0.0);
-        assert!(sequences.iter().all(|s| s.weights.iter().any(|&w| w == 1.0) && s.weights.contains(&0.0)));
-        let mut model = { let _turn = crate::book::seeded(0); TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 32, n_layer: 1, n_head: 2 }, Device::Cpu) };
-        let config = PretrainConfig { steps: 60, batch: 8, lr: 1e-2, ..BASE };
+        assert!(sequences
+            .iter()
+            .all(|s| s.weights.iter().any(|&w| w == 1.0) && s.weights.contains(&0.0)));
+        let mut model = {
+            let _turn = crate::book::seeded(0);
+            TinyAgent::new(
+                Config {
+                    vocab: bpe.vocab_size() as i64,
+                    n_ctx: 512,
+                    d_model: 32,
+                    n_layer: 1,
+                    n_head: 2,
+                },
+                Device::Cpu,
+            )
+        };
+        let config = PretrainConfig {
+            steps: 60,
+            batch: 8,
+            lr: 1e-2,
+            ..BASE
+        };
         let losses = pretrain(&mut model, &sequences, &config);
         let first: f64 = losses[..5].iter().sum::<f64>() / 5.0;
         let last: f64 = losses[55..].iter().sum::<f64>() / 5.0;
@@ -397,26 +548,68 @@ mod tests {
     #[test]
     fn a_stored_pretraining_run_is_read_back_only_for_the_same_start_data_and_settings() {
         let (bpe, sequences) = small_corpus(4, 16, 300, 1.0);
-        let fresh = || { let _turn = crate::book::seeded(1); TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 16, n_layer: 1, n_head: 2 }, Device::Cpu) };
-        let config = PretrainConfig { steps: 6, batch: 4, lr: 1e-2, ..BASE };
-        let cache = std::env::temp_dir().join(format!("agentrl-pretrain-reuse-{}", std::process::id()));
+        let fresh = || {
+            let _turn = crate::book::seeded(1);
+            TinyAgent::new(
+                Config {
+                    vocab: bpe.vocab_size() as i64,
+                    n_ctx: 512,
+                    d_model: 16,
+                    n_layer: 1,
+                    n_head: 2,
+                },
+                Device::Cpu,
+            )
+        };
+        let config = PretrainConfig {
+            steps: 6,
+            batch: 4,
+            lr: 1e-2,
+            ..BASE
+        };
+        let cache =
+            std::env::temp_dir().join(format!("agentrl-pretrain-reuse-{}", std::process::id()));
         static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        fn counting(model: &mut TinyAgent, sequences: &[Sequence], config: &PretrainConfig) -> Vec<f64> {
+        fn counting(
+            model: &mut TinyAgent,
+            sequences: &[Sequence],
+            config: &PretrainConfig,
+        ) -> Vec<f64> {
             CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             next_token_steps(model, sequences, config)
         }
         let (mut a, mut b) = (fresh(), fresh());
         let first = reuse_pretraining(Some(&cache), &mut a, &sequences, &config, counting);
         let again = reuse_pretraining(Some(&cache), &mut b, &sequences, &config, counting);
-        assert_eq!(CALLS.load(std::sync::atomic::Ordering::SeqCst), 1, "the second run is read back");
-        assert_eq!((first.clone(), a.fingerprint()), (again, b.fingerprint()), "the same losses and the same final weights");
-        assert_ne!(a.fingerprint(), fresh().fingerprint(), "the weights did move");
+        assert_eq!(
+            CALLS.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "the second run is read back"
+        );
+        assert_eq!(
+            (first.clone(), a.fingerprint()),
+            (again, b.fingerprint()),
+            "the same losses and the same final weights"
+        );
+        assert_ne!(
+            a.fingerprint(),
+            fresh().fingerprint(),
+            "the weights did move"
+        );
         let other = PretrainConfig { seed: 5, ..config };
         reuse_pretraining(Some(&cache), &mut fresh(), &sequences, &other, counting);
         reuse_pretraining(Some(&cache), &mut a, &sequences, &config, counting);
-        assert_eq!(CALLS.load(std::sync::atomic::Ordering::SeqCst), 3, "other settings and other starting weights train");
+        assert_eq!(
+            CALLS.load(std::sync::atomic::Ordering::SeqCst),
+            3,
+            "other settings and other starting weights train"
+        );
         let plain = reuse_pretraining(None, &mut fresh(), &sequences, &config, counting);
-        assert_eq!((CALLS.load(std::sync::atomic::Ordering::SeqCst), plain), (4, first), "without a cache every run trains, to the same losses");
+        assert_eq!(
+            (CALLS.load(std::sync::atomic::Ordering::SeqCst), plain),
+            (4, first),
+            "without a cache every run trains, to the same losses"
+        );
         std::fs::remove_dir_all(&cache).unwrap();
     }
 
@@ -427,24 +620,51 @@ mod tests {
         assert!(stamped(&kept, &stamp()), "data/models/base was not made with BASE: run Chapter 4 without it and keep what it writes");
         let (bpe, model) = load_model(&kept).expect("the kept base model loads");
         assert_eq!(model.config.vocab, bpe.vocab_size() as i64);
-        let zero = PretrainConfig { context_weight: 0.0, ..BASE };
-        assert_eq!(std::fs::read_to_string(kept_dir().join("context-weight-0/config.txt")).unwrap(), format!("{zero:?}"));
-        let policy = TinyAgent::load(model.config, &kept_dir().join("context-weight-0/tinyagent.safetensors"), Device::Cpu).expect("the kept weight-0 model loads");
+        let zero = PretrainConfig {
+            context_weight: 0.0,
+            ..BASE
+        };
+        assert_eq!(
+            std::fs::read_to_string(kept_dir().join("context-weight-0/config.txt")).unwrap(),
+            format!("{zero:?}")
+        );
+        let policy = TinyAgent::load(
+            model.config,
+            &kept_dir().join("context-weight-0/tinyagent.safetensors"),
+            Device::Cpu,
+        )
+        .expect("the kept weight-0 model loads");
         assert!(weight_gap(&model, &policy) > 0.1, "two different models");
     }
 
     #[test]
     fn weight_gap_is_the_largest_absolute_difference() {
-        let config = Config { vocab: 32, n_ctx: 16, d_model: 8, n_layer: 1, n_head: 2 };
-        let a = { let _turn = crate::book::seeded(3); TinyAgent::new(config, Device::Cpu) };
-        let b = { let _turn = crate::book::seeded(3); TinyAgent::new(config, Device::Cpu) };
+        let config = Config {
+            vocab: 32,
+            n_ctx: 16,
+            d_model: 8,
+            n_layer: 1,
+            n_head: 2,
+        };
+        let a = {
+            let _turn = crate::book::seeded(3);
+            TinyAgent::new(config, Device::Cpu)
+        };
+        let b = {
+            let _turn = crate::book::seeded(3);
+            TinyAgent::new(config, Device::Cpu)
+        };
         assert_eq!(weight_gap(&a, &b), 0.0);
         tch::no_grad(|| {
             let w = b.vs.variables()["wte.weight"].shallow_clone();
             let _ = w.get(2).get(5).f_add_(&Tensor::from(-0.25)).unwrap();
             let _ = w.get(0).get(0).f_add_(&Tensor::from(0.125)).unwrap();
         });
-        assert!((weight_gap(&a, &b) - 0.25).abs() < 1e-12, "{}", weight_gap(&a, &b));
+        assert!(
+            (weight_gap(&a, &b) - 0.25).abs() < 1e-12,
+            "{}",
+            weight_gap(&a, &b)
+        );
         assert_eq!(weight_gap(&a, &b), weight_gap(&b, &a));
     }
 }

@@ -173,7 +173,12 @@ struct NotPortedFile {
 impl Program {
     /// The documented fix as a menu entry.
     pub fn fix_edit(&self) -> Edit {
-        Edit { name: self.fix_name.clone(), kind: EditKind::Fix, find: self.fix.find.clone(), replace: self.fix.replace.clone() }
+        Edit {
+            name: self.fix_name.clone(),
+            kind: EditKind::Fix,
+            find: self.fix.find.clone(),
+            replace: self.fix.replace.clone(),
+        }
     }
 
     /// Indices of the tests that the buggy source fails.
@@ -188,9 +193,13 @@ fn failures(source: &str, tests: &[Test]) -> Vec<usize> {
         // A source that does not load fails every test (one line says why).
         return (0..tests.len()).collect();
     }
-    lines.iter().enumerate().filter(|(_, line)| !line.passed).map(|(i, _)| i).collect()
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, line)| !line.passed)
+        .map(|(i, _)| i)
+        .collect()
 }
-
 
 // ---------------------------------------------------------------------------
 // Loading, with errors that name the file and the field
@@ -203,14 +212,24 @@ fn read(path: &Path) -> Result<String, String> {
 /// Read and check one program file.
 pub fn load(path: &Path) -> Result<Program, String> {
     let file = path.display();
-    let program: Program = serde_json::from_str(&read(path)?).map_err(|err| format!("{file}: {err}"))?;
-    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+    let program: Program =
+        serde_json::from_str(&read(path)?).map_err(|err| format!("{file}: {err}"))?;
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default();
     let fail = |field: &str, why: String| Err(format!("{file}: field `{field}`: {why}"));
     if program.program != stem {
-        return fail("program", format!("is {:?} but the file is named {stem}.json", program.program));
+        return fail(
+            "program",
+            format!("is {:?} but the file is named {stem}.json", program.program),
+        );
     }
     if !BENCHMARK_PROGRAMS.contains(&program.program.as_str()) {
-        return fail("program", format!("{:?} is not a QuixBugs program", program.program));
+        return fail(
+            "program",
+            format!("{:?} is not a QuixBugs program", program.program),
+        );
     }
     let header = format!("fn {}(", program.function);
     if !program.buggy.lines().any(|line| line.starts_with(&header)) {
@@ -221,23 +240,55 @@ pub fn load(path: &Path) -> Result<Program, String> {
     }
     let count = program.buggy.matches(program.fix.find.as_str()).count();
     if count != 1 {
-        return fail("fix.find", format!("occurs {count} times in `buggy` (it must occur once)"));
+        return fail(
+            "fix.find",
+            format!("occurs {count} times in `buggy` (it must occur once)"),
+        );
     }
-    if program.buggy.replacen(program.fix.find.as_str(), &program.fix.replace, 1) != program.fixed {
+    if program
+        .buggy
+        .replacen(program.fix.find.as_str(), &program.fix.replace, 1)
+        != program.fixed
+    {
         return fail("fixed", "is not `buggy` with the edit `fix` applied".into());
     }
     if program.tests.len() < 2 {
-        return fail("tests", format!("has {} cases; a task needs at least two (one public, one hidden)", program.tests.len()));
+        return fail(
+            "tests",
+            format!(
+                "has {} cases; a task needs at least two (one public, one hidden)",
+                program.tests.len()
+            ),
+        );
     }
-    for (field, text) in [("what", &program.what), ("defect", &program.defect), ("defect_kind", &program.defect_kind), ("fix_name", &program.fix_name)] {
+    for (field, text) in [
+        ("what", &program.what),
+        ("defect", &program.defect),
+        ("defect_kind", &program.defect_kind),
+        ("fix_name", &program.fix_name),
+    ] {
         if text.trim().is_empty() {
             return fail(field, "is empty".into());
         }
     }
-    if !program.fix_name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return fail("fix_name", format!("{:?} is not a plain op name (letters, digits, _)", program.fix_name));
+    if !program
+        .fix_name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return fail(
+            "fix_name",
+            format!(
+                "{:?} is not a plain op name (letters, digits, _)",
+                program.fix_name
+            ),
+        );
     }
-    if let Some(i) = program.excluded.iter().position(|case| case.reason.trim().is_empty()) {
+    if let Some(i) = program
+        .excluded
+        .iter()
+        .position(|case| case.reason.trim().is_empty())
+    {
         return fail(&format!("excluded[{i}].reason"), "is empty".into());
     }
     Ok(program)
@@ -245,10 +296,14 @@ pub fn load(path: &Path) -> Result<Program, String> {
 
 fn program_files() -> Result<Vec<std::path::PathBuf>, String> {
     let dir = data_path(DATA_DIR);
-    let entries = std::fs::read_dir(&dir).map_err(|err| format!("{}: cannot list: {err}", dir.display()))?;
+    let entries =
+        std::fs::read_dir(&dir).map_err(|err| format!("{}: cannot list: {err}", dir.display()))?;
     let mut files: Vec<_> = entries
         .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.extension().is_some_and(|ext| ext == "json") && path.file_name().is_some_and(|name| name != NOT_PORTED_FILE))
+        .filter(|path| {
+            path.extension().is_some_and(|ext| ext == "json")
+                && path.file_name().is_some_and(|name| name != NOT_PORTED_FILE)
+        })
         .collect();
     files.sort();
     Ok(files)
@@ -270,13 +325,21 @@ pub fn programs() -> Vec<Program> {
 pub fn try_not_ported() -> Result<Vec<NotPorted>, String> {
     let path = data_path(DATA_DIR).join(NOT_PORTED_FILE);
     let file = path.display();
-    let list: NotPortedFile = serde_json::from_str(&read(&path)?).map_err(|err| format!("{file}: {err}"))?;
+    let list: NotPortedFile =
+        serde_json::from_str(&read(&path)?).map_err(|err| format!("{file}: {err}"))?;
     if list.benchmark_programs != BENCHMARK_PROGRAMS.len() {
-        return Err(format!("{file}: field `benchmark_programs`: is {}, QuixBugs has {}", list.benchmark_programs, BENCHMARK_PROGRAMS.len()));
+        return Err(format!(
+            "{file}: field `benchmark_programs`: is {}, QuixBugs has {}",
+            list.benchmark_programs,
+            BENCHMARK_PROGRAMS.len()
+        ));
     }
     for (i, entry) in list.not_ported.iter().enumerate() {
         if !BENCHMARK_PROGRAMS.contains(&entry.program.as_str()) {
-            return Err(format!("{file}: field `not_ported[{i}].program`: {:?} is not a QuixBugs program", entry.program));
+            return Err(format!(
+                "{file}: field `not_ported[{i}].program`: {:?} is not a QuixBugs program",
+                entry.program
+            ));
         }
         if entry.reason.trim().is_empty() {
             return Err(format!("{file}: field `not_ported[{i}].reason`: is empty"));
@@ -315,8 +378,14 @@ fn issue(program: &Program, failing: &Test) -> String {
         .and_then(|ast| runner.call(&ast, &failing.call).ok())
         .map(|value| quoted(&value))
         .unwrap_or_else(|| "an error".into());
-    let expected = runner.call(&AST::empty(), &failing.expected).map(|value| quoted(&value)).unwrap_or_else(|_| failing.expected.clone());
-    format!("{}, but {} returns {got} instead of {expected}.", program.what, failing.call)
+    let expected = runner
+        .call(&AST::empty(), &failing.expected)
+        .map(|value| quoted(&value))
+        .unwrap_or_else(|_| failing.expected.clone());
+    format!(
+        "{}, but {} returns {got} instead of {expected}.",
+        program.what, failing.call
+    )
 }
 
 /// The gym's line edits that apply to the buggy source, as distractors: at
@@ -332,10 +401,24 @@ fn distractors(program: &Program, hidden: &[Test], rng: &mut StdRng) -> Vec<Edit
         let options: Vec<Edit> = program
             .buggy
             .lines()
-            .filter_map(|line| op(line).filter(|new| new != line).map(|new| (format!("{line}\n"), format!("{new}\n"))))
-            .filter(|(find, _)| seen.insert(find.clone()) && program.buggy.matches(find.as_str()).count() == 1)
-            .map(|(find, replace)| Edit { name: name.to_string(), kind: EditKind::Distractor, find, replace })
-            .filter(|edit| edit.apply(&program.buggy).is_some_and(|edited| edited != program.fixed && fails_some(&edited, hidden)))
+            .filter_map(|line| {
+                op(line)
+                    .filter(|new| new != line)
+                    .map(|new| (format!("{line}\n"), format!("{new}\n")))
+            })
+            .filter(|(find, _)| {
+                seen.insert(find.clone()) && program.buggy.matches(find.as_str()).count() == 1
+            })
+            .map(|(find, replace)| Edit {
+                name: name.to_string(),
+                kind: EditKind::Distractor,
+                find,
+                replace,
+            })
+            .filter(|edit| {
+                edit.apply(&program.buggy)
+                    .is_some_and(|edited| edited != program.fixed && fails_some(&edited, hidden))
+            })
             .collect();
         if !options.is_empty() {
             chosen.push(options[rng.random_range(0..options.len())].clone());
@@ -356,16 +439,28 @@ fn distractors(program: &Program, hidden: &[Test], rng: &mut StdRng) -> Vec<Edit
 pub fn task(program: &Program, seed: u64) -> Task {
     let mut rng = StdRng::seed_from_u64(seed ^ fnv1a(program.program.as_bytes(), FNV_START));
     let mut failing = program.buggy_failures();
-    assert!(!failing.is_empty(), "{}: the buggy source passes every test", program.program);
+    assert!(
+        !failing.is_empty(),
+        "{}: the buggy source passes every test",
+        program.program
+    );
     failing.shuffle(&mut rng);
     let (shown, kept_hidden) = (failing[0], failing.get(1).copied());
     let count = program.tests.len();
     let public_count = (count / 3).clamp(1, 3);
-    let mut others: Vec<usize> = (0..count).filter(|&i| i != shown && Some(i) != kept_hidden).collect();
+    let mut others: Vec<usize> = (0..count)
+        .filter(|&i| i != shown && Some(i) != kept_hidden)
+        .collect();
     others.shuffle(&mut rng);
-    let mut public: Vec<usize> = std::iter::once(shown).chain(others.into_iter().take(public_count - 1)).collect();
+    let mut public: Vec<usize> = std::iter::once(shown)
+        .chain(others.into_iter().take(public_count - 1))
+        .collect();
     public.sort_unstable();
-    let pick = |indices: &mut dyn Iterator<Item = usize>| indices.map(|i| program.tests[i].clone()).collect::<Vec<Test>>();
+    let pick = |indices: &mut dyn Iterator<Item = usize>| {
+        indices
+            .map(|i| program.tests[i].clone())
+            .collect::<Vec<Test>>()
+    };
     let public_tests = pick(&mut public.iter().copied());
     let hidden_tests = pick(&mut (0..count).filter(|i| !public.contains(i)));
     let mut menu = vec![program.fix_edit()];
@@ -386,15 +481,18 @@ pub fn task(program: &Program, seed: u64) -> Task {
 
 /// Every ported program as a task, in the order of [`programs`].
 pub fn tasks(seed: u64) -> Vec<Task> {
-    programs().iter().map(|program| task(program, seed)).collect()
+    programs()
+        .iter()
+        .map(|program| task(program, seed))
+        .collect()
 }
 // ANCHOR_END: task
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::all_pass;
     use crate::horizon::neutral;
+    use crate::sandbox::all_pass;
     use std::collections::{BTreeSet, HashMap};
     use std::sync::LazyLock;
 
@@ -402,7 +500,12 @@ mod tests {
     static TASKS: LazyLock<Vec<Task>> = LazyLock::new(|| tasks(17));
 
     fn lines(source: &str, tests: &[Test]) -> String {
-        Guarded::shared().run(source, tests).iter().map(|line| line.text.clone()).collect::<Vec<_>>().join("\n")
+        Guarded::shared()
+            .run(source, tests)
+            .iter()
+            .map(|line| line.text.clone())
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     #[test]
@@ -411,8 +514,17 @@ mod tests {
         let left_out = not_ported();
         let left: BTreeSet<&str> = left_out.iter().map(|p| p.program.as_str()).collect();
         assert_eq!(ported.len(), PROGRAMS.len(), "a program is ported twice");
-        assert_eq!(left.len(), left_out.len(), "a program is listed twice as not ported");
-        assert_eq!(ported.intersection(&left).count(), 0, "ported and not ported: {:?}", ported.intersection(&left).collect::<Vec<_>>());
+        assert_eq!(
+            left.len(),
+            left_out.len(),
+            "a program is listed twice as not ported"
+        );
+        assert_eq!(
+            ported.intersection(&left).count(),
+            0,
+            "ported and not ported: {:?}",
+            ported.intersection(&left).collect::<Vec<_>>()
+        );
         assert_eq!(ported.len() + left.len(), BENCHMARK_PROGRAMS.len());
         let all: BTreeSet<&str> = ported.union(&left).copied().collect();
         assert_eq!(all, BENCHMARK_PROGRAMS.into_iter().collect::<BTreeSet<_>>());
@@ -422,15 +534,33 @@ mod tests {
     #[test]
     fn the_fix_turns_the_buggy_source_into_the_fixed_one_exactly() {
         for p in PROGRAMS.iter() {
-            assert_eq!(p.fix_edit().apply(&p.buggy).as_deref(), Some(p.fixed.as_str()), "{}", p.program);
-            assert_eq!(p.buggy.matches(p.fix.find.as_str()).count(), 1, "{}", p.program);
+            assert_eq!(
+                p.fix_edit().apply(&p.buggy).as_deref(),
+                Some(p.fixed.as_str()),
+                "{}",
+                p.program
+            );
+            assert_eq!(
+                p.buggy.matches(p.fix.find.as_str()).count(),
+                1,
+                "{}",
+                p.program
+            );
             // The two sources differ only in the lines the fix touches.
             let (before, after) = (p.fix.find.lines().count(), p.fix.replace.lines().count());
             let changed = p.buggy.lines().count().abs_diff(p.fixed.lines().count());
             assert_eq!(changed, before.abs_diff(after), "{}", p.program);
-            assert!(before <= 2 && after <= 3, "{}: the fix spans {before} -> {after} lines", p.program);
+            assert!(
+                before <= 2 && after <= 3,
+                "{}: the fix spans {before} -> {after} lines",
+                p.program
+            );
             for source in [&p.buggy, &p.fixed] {
-                assert!(Guarded::shared().compile(source).is_ok(), "{} does not compile (size or function limit?)", p.program);
+                assert!(
+                    Guarded::shared().compile(source).is_ok(),
+                    "{} does not compile (size or function limit?)",
+                    p.program
+                );
             }
         }
     }
@@ -439,20 +569,34 @@ mod tests {
     fn the_fixed_source_passes_every_kept_case() {
         for p in PROGRAMS.iter() {
             let run = Guarded::shared().run(&p.fixed, &p.tests);
-            assert!(all_pass(&run) && run.len() == p.tests.len(), "{}:\n{}", p.program, lines(&p.fixed, &p.tests));
+            assert!(
+                all_pass(&run) && run.len() == p.tests.len(),
+                "{}:\n{}",
+                p.program,
+                lines(&p.fixed, &p.tests)
+            );
         }
     }
 
     #[test]
     fn the_buggy_source_fails_some_case() {
         for p in PROGRAMS.iter() {
-            assert!(!p.buggy_failures().is_empty(), "{} passes every case:\n{}", p.program, lines(&p.buggy, &p.tests));
+            assert!(
+                !p.buggy_failures().is_empty(),
+                "{} passes every case:\n{}",
+                p.program,
+                lines(&p.buggy, &p.tests)
+            );
         }
     }
 
     #[test]
     fn one_failing_case_is_listed() {
-        let single: Vec<&str> = PROGRAMS.iter().filter(|p| p.buggy_failures().len() == 1).map(|p| p.program.as_str()).collect();
+        let single: Vec<&str> = PROGRAMS
+            .iter()
+            .filter(|p| p.buggy_failures().len() == 1)
+            .map(|p| p.program.as_str())
+            .collect();
         assert_eq!(single, ONE_FAILING_CASE);
     }
 
@@ -467,23 +611,58 @@ mod tests {
             ("to_base", "to_base(10, 2)", "\"1010\"", false),
             ("to_base", "to_base(255, 16)", "\"FF\"", true),
             ("pascal", "pascal(3)", "[[1], [1, 1], [1, 2, 1]]", false),
-            ("next_permutation", "next_permutation([1, 2, 3])", "[1, 3, 2]", false),
+            (
+                "next_permutation",
+                "next_permutation([1, 2, 3])",
+                "[1, 3, 2]",
+                false,
+            ),
             ("sieve", "sieve(10)", "[2, 3, 5, 7]", false),
-            ("max_sublist_sum", "max_sublist_sum([-1, 2, 3, -10, 4])", "5", false),
+            (
+                "max_sublist_sum",
+                "max_sublist_sum([-1, 2, 3, -10, 4])",
+                "5",
+                false,
+            ),
             ("rpn_eval", "rpn_eval([6.0, 3.0, \"/\"])", "2.0", false),
             ("levenshtein", "levenshtein(\"ab\", \"b\")", "1", false),
-            ("detect_cycle", "detect_cycle(\"a\", #{a: \"b\", b: \"a\"})", "true", true),
-            ("reverse_linked_list", "reverse_linked_list(#{value: 1, successor: #{value: 2, successor: ()}})", "#{value: 2, successor: #{value: 1, successor: ()}}", false),
-            ("shortest_paths", "shortest_paths(\"x\", #{x: #{y: 2}, y: #{z: -1}})", "#{x: 0, y: 2, z: 1}", false),
+            (
+                "detect_cycle",
+                "detect_cycle(\"a\", #{a: \"b\", b: \"a\"})",
+                "true",
+                true,
+            ),
+            (
+                "reverse_linked_list",
+                "reverse_linked_list(#{value: 1, successor: #{value: 2, successor: ()}})",
+                "#{value: 2, successor: #{value: 1, successor: ()}}",
+                false,
+            ),
+            (
+                "shortest_paths",
+                "shortest_paths(\"x\", #{x: #{y: 2}, y: #{z: -1}})",
+                "#{x: 0, y: 2, z: 1}",
+                false,
+            ),
             ("quicksort", "quicksort([2, 1, 2])", "[1, 2, 2]", false),
             ("sqrt", "abs(sqrt(9, 0.001) - 3) <= 0.001", "true", false),
         ];
-        let by_name: HashMap<&str, &Program> = PROGRAMS.iter().map(|p| (p.program.as_str(), p)).collect();
+        let by_name: HashMap<&str, &Program> =
+            PROGRAMS.iter().map(|p| (p.program.as_str(), p)).collect();
         for &(name, call, expected, buggy_too) in cases {
             let p = by_name[name];
             let test = [Test::new(call, expected)];
-            assert!(all_pass(&Guarded::shared().run(&p.fixed, &test)), "{}", lines(&p.fixed, &test));
-            assert_eq!(all_pass(&Guarded::shared().run(&p.buggy, &test)), buggy_too, "{}", lines(&p.buggy, &test));
+            assert!(
+                all_pass(&Guarded::shared().run(&p.fixed, &test)),
+                "{}",
+                lines(&p.fixed, &test)
+            );
+            assert_eq!(
+                all_pass(&Guarded::shared().run(&p.buggy, &test)),
+                buggy_too,
+                "{}",
+                lines(&p.buggy, &test)
+            );
         }
     }
 
@@ -493,35 +672,90 @@ mod tests {
         for (task, p) in TASKS.iter().zip(PROGRAMS.iter()) {
             let all_tests = [task.public_tests.clone(), task.hidden_tests.clone()].concat();
             assert_eq!(all_tests.len(), p.tests.len(), "{}", task.id);
-            assert!(fails_some(&task.source, &task.public_tests), "{}: the bug passes the public tests", task.id);
+            assert!(
+                fails_some(&task.source, &task.public_tests),
+                "{}: the bug passes the public tests",
+                task.id
+            );
             let hidden_catches_it = fails_some(&task.source, &task.hidden_tests);
-            assert_eq!(hidden_catches_it, !ONE_FAILING_CASE.contains(&p.program.as_str()), "{}", task.id);
-            assert!((1..=3).contains(&task.public_tests.len()) && !task.hidden_tests.is_empty(), "{}", task.id);
+            assert_eq!(
+                hidden_catches_it,
+                !ONE_FAILING_CASE.contains(&p.program.as_str()),
+                "{}",
+                task.id
+            );
+            assert!(
+                (1..=3).contains(&task.public_tests.len()) && !task.hidden_tests.is_empty(),
+                "{}",
+                task.id
+            );
             assert_eq!(task.family, p.family);
             assert!(!task.undo);
             // The issue names a failing public test.
-            let named = task.public_tests.iter().find(|t| task.issue.contains(&format!("but {} returns ", t.call))).expect("the issue names a public test");
-            assert!(fails_some(&task.source, std::slice::from_ref(named)), "{}: {}", task.id, task.issue);
+            let named = task
+                .public_tests
+                .iter()
+                .find(|t| task.issue.contains(&format!("but {} returns ", t.call)))
+                .expect("the issue names a public test");
+            assert!(
+                fails_some(&task.source, std::slice::from_ref(named)),
+                "{}: {}",
+                task.id,
+                task.issue
+            );
             assert!(task.issue.starts_with(&p.what), "{}", task.id);
             // The menu: the fix, then distractors that fail some hidden test.
             assert_eq!(task.ops_of_kind(EditKind::Fix).count(), 1);
             assert_eq!(task.ops_of_kind(EditKind::Exploit).count(), 0);
-            assert!(task.ops_of_kind(EditKind::Distractor).count() <= MAX_DISTRACTORS, "{}", task.id);
-            assert!(all_pass(&Guarded::shared().run(&task.fixed, &all_tests)), "{}", task.id);
-            assert_eq!(task.op(task.fix_op()).unwrap().apply(&task.source).as_deref(), Some(task.fixed.as_str()));
+            assert!(
+                task.ops_of_kind(EditKind::Distractor).count() <= MAX_DISTRACTORS,
+                "{}",
+                task.id
+            );
+            assert!(
+                all_pass(&Guarded::shared().run(&task.fixed, &all_tests)),
+                "{}",
+                task.id
+            );
+            assert_eq!(
+                task.op(task.fix_op())
+                    .unwrap()
+                    .apply(&task.source)
+                    .as_deref(),
+                Some(task.fixed.as_str())
+            );
             for edit in task.ops_of_kind(EditKind::Distractor) {
-                let edited = edit.apply(&task.source).unwrap_or_else(|| panic!("{}: {} does not apply", task.id, edit.name));
+                let edited = edit
+                    .apply(&task.source)
+                    .unwrap_or_else(|| panic!("{}: {} does not apply", task.id, edit.name));
                 assert_ne!(edited, task.fixed, "{} {}", task.id, edit.name);
-                assert!(fails_some(&edited, &task.hidden_tests), "{}: distractor {} passes the hidden tests", task.id, edit.name);
+                assert!(
+                    fails_some(&edited, &task.hidden_tests),
+                    "{}: distractor {} passes the hidden tests",
+                    task.id,
+                    edit.name
+                );
             }
             let names: HashSet<&str> = task.menu.iter().map(|e| e.name.as_str()).collect();
-            assert_eq!(names.len(), task.menu.len(), "{}: duplicate op names", task.id);
+            assert_eq!(
+                names.len(),
+                task.menu.len(),
+                "{}: duplicate op names",
+                task.id
+            );
             // Chapter 12's neutral view keeps every entry (there are no exploits to drop).
             assert_eq!(neutral(task).menu.len(), task.menu.len());
         }
         let ids: HashSet<&str> = TASKS.iter().map(|t| t.id.as_str()).collect();
         assert_eq!(ids.len(), TASKS.len());
-        assert!(TASKS.iter().map(|t| t.ops_of_kind(EditKind::Distractor).count()).sum::<usize>() > TASKS.len(), "few distractors");
+        assert!(
+            TASKS
+                .iter()
+                .map(|t| t.ops_of_kind(EditKind::Distractor).count())
+                .sum::<usize>()
+                > TASKS.len(),
+            "few distractors"
+        );
     }
 
     #[test]
@@ -529,7 +763,13 @@ mod tests {
         let again = tasks(17);
         assert_eq!(*TASKS, again);
         let other = tasks(18);
-        assert!(TASKS.iter().zip(&other).any(|(a, b)| a.public_tests != b.public_tests || a.menu != b.menu), "the seed changes nothing");
+        assert!(
+            TASKS
+                .iter()
+                .zip(&other)
+                .any(|(a, b)| a.public_tests != b.public_tests || a.menu != b.menu),
+            "the seed changes nothing"
+        );
     }
 
     #[test]
@@ -553,18 +793,27 @@ mod tests {
         let mut missing = good.clone();
         missing.as_object_mut().unwrap().remove("tests");
         let err = write(missing);
-        assert!(err.contains("gcd.json") && err.contains("missing field `tests`"), "{err}");
+        assert!(
+            err.contains("gcd.json") && err.contains("missing field `tests`"),
+            "{err}"
+        );
         let mut wrong_fix = good.clone();
         wrong_fix["fix"]["find"] = "return gcd(a, b);".into();
         let err = write(wrong_fix);
-        assert!(err.contains("gcd.json: field `fix.find`: occurs 0 times"), "{err}");
+        assert!(
+            err.contains("gcd.json: field `fix.find`: occurs 0 times"),
+            "{err}"
+        );
         let mut wrong_fixed = good.clone();
         wrong_fixed["fixed"] = "fn gcd(a, b) { a }".into();
         assert!(write(wrong_fixed).contains("field `fixed`"));
         let mut unknown = good.clone();
         unknown["family"] = "off_by_two".into();
         let err = write(unknown);
-        assert!(err.contains("gcd.json") && err.contains("off_by_two"), "{err}");
+        assert!(
+            err.contains("gcd.json") && err.contains("off_by_two"),
+            "{err}"
+        );
         let mut extra = good;
         extra["fix_nmae"] = "typo".into();
         assert!(write(extra).contains("unknown field `fix_nmae`"));

@@ -8,10 +8,10 @@
 
 use crate::book::REAL;
 use crate::grpo::{aggregate, LossNorm, Regularizer};
+use crate::mdp::sample_action;
 use crate::pg::forward;
 use crate::tinyagent::TinyAgent;
 use crate::trajectory::{collate, Batch, Trajectory};
-use crate::mdp::sample_action;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
@@ -19,7 +19,11 @@ use tch::Tensor;
 // ANCHOR: estimators
 /// Exact KL(q ‖ p) = Σ_x q(x) log(q(x) / p(x)) of two categoricals.
 pub fn exact_kl(q: &[f64], p: &[f64]) -> f64 {
-    q.iter().zip(p).filter(|(qx, _)| **qx > 0.0).map(|(qx, px)| qx * (qx / px).ln()).sum()
+    q.iter()
+        .zip(p)
+        .filter(|(qx, _)| **qx > 0.0)
+        .map(|(qx, px)| qx * (qx / px).ln())
+        .sum()
 }
 
 /// A one-sample estimator of KL(q ‖ p) from x ~ q, written in terms of the
@@ -59,14 +63,25 @@ impl Estimator {
 /// The mean and standard deviation of a one-sample estimate under x ~ q,
 /// computed exactly by summing over the categories.
 pub fn exact_moments(q: &[f64], p: &[f64], estimator: Estimator) -> (f64, f64) {
-    let values: Vec<(f64, f64)> = q.iter().zip(p).filter(|(qx, _)| **qx > 0.0).map(|(qx, px)| (*qx, estimator.value((px / qx).ln()))).collect();
+    let values: Vec<(f64, f64)> = q
+        .iter()
+        .zip(p)
+        .filter(|(qx, _)| **qx > 0.0)
+        .map(|(qx, px)| (*qx, estimator.value((px / qx).ln())))
+        .collect();
     let mean: f64 = values.iter().map(|(w, v)| w * v).sum();
     let second: f64 = values.iter().map(|(w, v)| w * v * v).sum();
     (mean, (second - mean * mean).max(0.0).sqrt())
 }
 
 /// The same moments measured from `n` samples x ~ q.
-pub fn sampled_moments(q: &[f64], p: &[f64], estimator: Estimator, n: usize, rng: &mut StdRng) -> (f64, f64) {
+pub fn sampled_moments(
+    q: &[f64],
+    p: &[f64],
+    estimator: Estimator,
+    n: usize,
+    rng: &mut StdRng,
+) -> (f64, f64) {
     let values: Vec<f64> = (0..n)
         .map(|_| {
             let x = sample_action(q, rng);
@@ -100,7 +115,11 @@ pub struct KlPenalty {
 impl KlPenalty {
     /// A penalty of weight 0: it changes nothing and reports the KL.
     pub fn monitor(reference: TinyAgent) -> KlPenalty {
-        KlPenalty { reference, beta: 0.0, placement: Placement::Loss }
+        KlPenalty {
+            reference,
+            beta: 0.0,
+            placement: Placement::Loss,
+        }
     }
 
     /// log π_ref at the action tokens of `batch`, [B, T] (0 elsewhere).
@@ -110,23 +129,38 @@ impl KlPenalty {
 }
 
 impl Regularizer for KlPenalty {
-    fn shape_rewards(&mut self, trajectories: &[Trajectory], rewards: &mut [f64]) -> Vec<(String, f64)> {
+    fn shape_rewards(
+        &mut self,
+        trajectories: &[Trajectory],
+        rewards: &mut [f64],
+    ) -> Vec<(String, f64)> {
         if self.placement != Placement::Reward {
             return Vec::new();
         }
         let batch = collate(trajectories, self.reference.device());
         // k1 with x ~ π_old: log π_old − log π_ref, summed over each episode's action tokens.
         let log_r = self.reference_logprobs(&batch) - &batch.logprobs; // [B, T]
-        let per_episode = (Estimator::K1.tensor(&log_r) * &batch.mask).sum_dim_intlist(1, false, REAL); // [B]
+        let per_episode =
+            (Estimator::K1.tensor(&log_r) * &batch.mask).sum_dim_intlist(1, false, REAL); // [B]
         let kl = Vec::<f64>::try_from(per_episode).expect("one KL per episode");
         for (reward, k) in rewards.iter_mut().zip(&kl) {
             *reward -= self.beta * *k as f64;
         }
         let tokens = batch.mask.sum(REAL).double_value(&[]).max(1.0);
-        vec![("kl_in_reward".to_string(), kl.iter().map(|&k| k as f64).sum::<f64>() / tokens)]
+        vec![(
+            "kl_in_reward".to_string(),
+            kl.iter().map(|&k| k as f64).sum::<f64>() / tokens,
+        )]
     }
 
-    fn loss(&mut self, batch: &Batch, logp: &Tensor, _entropy: &Tensor, mask: &Tensor, norm: LossNorm) -> Option<(Tensor, Vec<(String, f64)>)> {
+    fn loss(
+        &mut self,
+        batch: &Batch,
+        logp: &Tensor,
+        _entropy: &Tensor,
+        mask: &Tensor,
+        norm: LossNorm,
+    ) -> Option<(Tensor, Vec<(String, f64)>)> {
         // k3 with x ~ π_θ (the tokens were sampled by π_old ≈ π_θ): r = π_ref / π_θ.
         let k3 = Estimator::K3.tensor(&(self.reference_logprobs(batch) - logp)); // [B, T]
         let kl = aggregate(&k3.detach(), mask, LossNorm::TokenMean).double_value(&[]); // per token, for the metrics
@@ -147,7 +181,14 @@ pub struct EntropyBonus {
 }
 
 impl Regularizer for EntropyBonus {
-    fn loss(&mut self, _batch: &Batch, _logp: &Tensor, entropy: &Tensor, mask: &Tensor, norm: LossNorm) -> Option<(Tensor, Vec<(String, f64)>)> {
+    fn loss(
+        &mut self,
+        _batch: &Batch,
+        _logp: &Tensor,
+        entropy: &Tensor,
+        mask: &Tensor,
+        norm: LossNorm,
+    ) -> Option<(Tensor, Vec<(String, f64)>)> {
         let bonus = aggregate(entropy, mask, norm) * self.coef;
         let value = bonus.double_value(&[]);
         Some((-bonus, vec![("entropy_bonus".to_string(), value)]))
@@ -167,7 +208,10 @@ mod tests {
         let p = softmax(&[0.1, 0.4, -0.3, 0.2, 1.0]);
         let kl = exact_kl(&q, &p);
         // Independent: torch's kl_div(log p, q) sums q (log q − log p).
-        let torch = Tensor::from_slice(&p).log().kl_div(&Tensor::from_slice(&q), tch::Reduction::Sum, false).double_value(&[]);
+        let torch = Tensor::from_slice(&p)
+            .log()
+            .kl_div(&Tensor::from_slice(&q), tch::Reduction::Sum, false)
+            .double_value(&[]);
         assert!((kl - torch).abs() < 1e-12, "{kl} vs {torch}");
         assert!((exact_moments(&q, &p, Estimator::K1).0 - kl).abs() < 1e-12);
         assert!((exact_moments(&q, &p, Estimator::K3).0 - kl).abs() < 1e-12);
@@ -179,8 +223,14 @@ mod tests {
         for estimator in Estimator::ALL {
             let (mean, std) = exact_moments(&q, &p, estimator);
             let (m, s) = sampled_moments(&q, &p, estimator, 200_000, &mut rng);
-            assert!((m - mean).abs() < 4.0 * std / (200_000f64).sqrt() + 1e-9, "{estimator:?}: {m} vs {mean}");
-            assert!((s - std).abs() < 0.02 * std + 1e-9, "{estimator:?}: {s} vs {std}");
+            assert!(
+                (m - mean).abs() < 4.0 * std / (200_000f64).sqrt() + 1e-9,
+                "{estimator:?}: {m} vs {mean}"
+            );
+            assert!(
+                (s - std).abs() < 0.02 * std + 1e-9,
+                "{estimator:?}: {s} vs {std}"
+            );
         }
     }
 
@@ -194,7 +244,10 @@ mod tests {
             assert_eq!(estimator.value(0.0), 0.0);
             let t = estimator.tensor(&Tensor::from_slice(&[0.3f64, -0.2]));
             let v = Vec::<f64>::try_from(t).unwrap();
-            assert!((v[0] - estimator.value(0.3)).abs() < 1e-12 && (v[1] - estimator.value(-0.2)).abs() < 1e-12);
+            assert!(
+                (v[0] - estimator.value(0.3)).abs() < 1e-12
+                    && (v[1] - estimator.value(-0.2)).abs() < 1e-12
+            );
         }
     }
 
@@ -202,20 +255,52 @@ mod tests {
     fn the_kl_loss_is_zero_with_zero_gradient_at_the_reference_and_pulls_back_elsewhere() {
         use crate::episode::Owner;
         let _turn = crate::book::seeded(0);
-        let config = crate::tinyagent::Config { vocab: 32, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 };
+        let config = crate::tinyagent::Config {
+            vocab: 32,
+            n_ctx: 16,
+            d_model: 16,
+            n_layer: 1,
+            n_head: 2,
+        };
         let policy = TinyAgent::new(config, tch::Device::Cpu);
         let mut reference = TinyAgent::new(config, tch::Device::Cpu);
         reference.vs.copy(&policy.vs).unwrap();
-        let trajectory = Trajectory { task: 0, ids: vec![3, 5, 7, 2, 9, 4], owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy], logprobs: vec![0.0; 6], reward: 1.0, info: Default::default() };
+        let trajectory = Trajectory {
+            task: 0,
+            ids: vec![3, 5, 7, 2, 9, 4],
+            owners: vec![
+                Owner::Prompt,
+                Owner::Prompt,
+                Owner::Policy,
+                Owner::Policy,
+                Owner::Env,
+                Owner::Policy,
+            ],
+            logprobs: vec![0.0; 6],
+            reward: 1.0,
+            info: Default::default(),
+        };
         let batch = collate(&[trajectory], tch::Device::Cpu);
-        let mut penalty = KlPenalty { reference, beta: 1.0, placement: Placement::Loss };
+        let mut penalty = KlPenalty {
+            reference,
+            beta: 1.0,
+            placement: Placement::Loss,
+        };
         let crate::pg::Forward { logp, entropy, .. } = forward(&policy, &batch);
-        let (loss, _) = penalty.loss(&batch, &logp, &entropy, &batch.mask, LossNorm::TokenMean).unwrap();
+        let (loss, _) = penalty
+            .loss(&batch, &logp, &entropy, &batch.mask, LossNorm::TokenMean)
+            .unwrap();
         assert!(loss.double_value(&[]).abs() < 1e-7);
         // d k3 / d log π = 1 − r: zero at r = 1, positive where π_θ > π_ref (pushes log π down).
-        let logp = Tensor::from_slice(&[0f64, 0., -1.0, -2.0, 0., -0.5]).view([1, 6]).set_requires_grad(true);
+        let logp = Tensor::from_slice(&[0f64, 0., -1.0, -2.0, 0., -0.5])
+            .view([1, 6])
+            .set_requires_grad(true);
         let ref_logp = penalty.reference_logprobs(&batch);
-        penalty.loss(&batch, &logp, &entropy, &batch.mask, LossNorm::TokenMean).unwrap().0.backward();
+        penalty
+            .loss(&batch, &logp, &entropy, &batch.mask, LossNorm::TokenMean)
+            .unwrap()
+            .0
+            .backward();
         let grad = Vec::<f64>::try_from(logp.grad().view([-1])).unwrap();
         let r = Vec::<f64>::try_from((ref_logp - logp.detach()).exp().view([-1])).unwrap();
         for t in [2, 3, 5] {
@@ -228,17 +313,50 @@ mod tests {
     fn a_reward_penalty_subtracts_beta_times_the_summed_k1() {
         use crate::episode::Owner;
         let _turn = crate::book::seeded(1);
-        let config = crate::tinyagent::Config { vocab: 32, n_ctx: 16, d_model: 16, n_layer: 1, n_head: 2 };
+        let config = crate::tinyagent::Config {
+            vocab: 32,
+            n_ctx: 16,
+            d_model: 16,
+            n_layer: 1,
+            n_head: 2,
+        };
         let reference = TinyAgent::new(config, tch::Device::Cpu);
         let logprobs = vec![0.0, 0.0, -1.5, -0.25, 0.0, -2.0];
-        let trajectory = Trajectory { task: 0, ids: vec![3, 5, 7, 2, 9, 4], owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy], logprobs: logprobs.clone(), reward: 1.0, info: Default::default() };
+        let trajectory = Trajectory {
+            task: 0,
+            ids: vec![3, 5, 7, 2, 9, 4],
+            owners: vec![
+                Owner::Prompt,
+                Owner::Prompt,
+                Owner::Policy,
+                Owner::Policy,
+                Owner::Env,
+                Owner::Policy,
+            ],
+            logprobs: logprobs.clone(),
+            reward: 1.0,
+            info: Default::default(),
+        };
         let batch = collate(std::slice::from_ref(&trajectory), tch::Device::Cpu);
-        let ref_logp = Vec::<f64>::try_from(tch::no_grad(|| crate::trajectory::policy_logprobs(&reference, &batch)).view([-1])).unwrap();
-        let expected_kl: f64 = [2, 3, 5].iter().map(|&t| logprobs[t] as f64 - ref_logp[t] as f64).sum();
-        let mut penalty = KlPenalty { reference, beta: 0.5, placement: Placement::Reward };
+        let ref_logp = Vec::<f64>::try_from(
+            tch::no_grad(|| crate::trajectory::policy_logprobs(&reference, &batch)).view([-1]),
+        )
+        .unwrap();
+        let expected_kl: f64 = [2, 3, 5]
+            .iter()
+            .map(|&t| logprobs[t] as f64 - ref_logp[t] as f64)
+            .sum();
+        let mut penalty = KlPenalty {
+            reference,
+            beta: 0.5,
+            placement: Placement::Reward,
+        };
         let mut rewards = [1.0];
         penalty.shape_rewards(&[trajectory], &mut rewards);
-        assert!((rewards[0] - (1.0 - 0.5 * expected_kl)).abs() < 1e-5, "{rewards:?} vs {expected_kl}");
+        assert!(
+            (rewards[0] - (1.0 - 0.5 * expected_kl)).abs() < 1e-5,
+            "{rewards:?} vs {expected_kl}"
+        );
     }
 
     #[test]
@@ -246,7 +364,9 @@ mod tests {
         let entropy = Tensor::from_slice(&[9f64, 1.0, 2.0, 9.0, 3.0, 9.0]).view([2, 3]);
         let mask = Tensor::from_slice(&[0f64, 1., 1., 0., 1., 0.]).view([2, 3]);
         let batch = collate(&[], tch::Device::Cpu);
-        let (loss, _) = EntropyBonus { coef: 0.1 }.loss(&batch, &entropy, &entropy, &mask, LossNorm::TokenMean).unwrap();
+        let (loss, _) = EntropyBonus { coef: 0.1 }
+            .loss(&batch, &entropy, &entropy, &mask, LossNorm::TokenMean)
+            .unwrap();
         assert!((loss.double_value(&[]) + 0.1 * 2.0).abs() < 1e-6);
     }
 }

@@ -15,7 +15,10 @@ use std::time::Instant;
 /// A progress bar on standard error (hidden when that is not a terminal).
 pub fn progress(len: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
-    bar.set_style(ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} [{elapsed}<{eta}]").expect("a valid template"));
+    bar.set_style(
+        ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} [{elapsed}<{eta}]")
+            .expect("a valid template"),
+    );
     bar.set_message(what.to_string());
     bar
 }
@@ -46,7 +49,10 @@ pub struct Played {
 impl Played {
     /// The whole token stream.
     pub fn ids(&self) -> Vec<u32> {
-        self.segments.iter().flat_map(|s| s.ids.iter().copied()).collect()
+        self.segments
+            .iter()
+            .flat_map(|s| s.ids.iter().copied())
+            .collect()
     }
 }
 
@@ -54,7 +60,13 @@ impl Played {
 /// in lockstep: each turn, the contexts of the unfinished episodes go through
 /// the policy as one batch. Observations are appended as `<|tool|>` text
 /// followed by `<|assistant|>`; the policy's tokens are kept as sampled.
-pub fn play(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_turns: usize, rng: &mut StdRng) -> Vec<Played> {
+pub fn play(
+    policy: &LmPolicy,
+    tasks_of: &[Task],
+    tasks: &[usize],
+    max_turns: usize,
+    rng: &mut StdRng,
+) -> Vec<Played> {
     play_timed(policy, tasks_of, tasks, max_turns, rng).0
 }
 
@@ -68,7 +80,13 @@ pub struct PlayTime {
 }
 
 /// [`play`], also reporting how its time split between the policy and the environment.
-pub fn play_timed(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_turns: usize, rng: &mut StdRng) -> (Vec<Played>, PlayTime) {
+pub fn play_timed(
+    policy: &LmPolicy,
+    tasks_of: &[Task],
+    tasks: &[usize],
+    max_turns: usize,
+    rng: &mut StdRng,
+) -> (Vec<Played>, PlayTime) {
     play_viewed(policy, tasks_of, tasks, max_turns, None, rng)
 }
 
@@ -80,11 +98,21 @@ pub type View<'a> = &'a (dyn Fn(&[Segment]) -> Vec<u32> + Sync);
 /// the whole token stream when a view is given. The episodes keep the whole
 /// stream; their log-probs belong to the contexts the view made, so they are
 /// for evaluation, not for the training loop.
-pub fn play_viewed(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_turns: usize, view: Option<View>, rng: &mut StdRng) -> (Vec<Played>, PlayTime) {
+pub fn play_viewed(
+    policy: &LmPolicy,
+    tasks_of: &[Task],
+    tasks: &[usize],
+    max_turns: usize,
+    view: Option<View>,
+    rng: &mut StdRng,
+) -> (Vec<Played>, PlayTime) {
     let bpe = policy.bpe;
     let mut time = PlayTime::default();
     let started = Instant::now();
-    let mut envs: Vec<BugFixEnv> = tasks.iter().map(|_| BugFixEnv::new(tasks_of.to_vec(), max_turns)).collect();
+    let mut envs: Vec<BugFixEnv> = tasks
+        .iter()
+        .map(|_| BugFixEnv::new(tasks_of.to_vec(), max_turns))
+        .collect();
     let opener = |owner: Owner, text: &str, then: Option<Owner>| -> Vec<u32> {
         let mut s = format!("{}{text}", role_token(owner));
         if let Some(next) = then {
@@ -98,8 +126,19 @@ pub fn play_viewed(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_tu
         .map(|(&task, env)| {
             let prompt = env.reset(task);
             let ids = opener(Owner::Prompt, &prompt, Some(Owner::Policy));
-            let segment = Segment { owner: Owner::Prompt, ids, logprobs: vec![] };
-            Played { task, segments: vec![segment], actions: vec![], reward: 0.0, info: Info::default(), parse_errors: 0 }
+            let segment = Segment {
+                owner: Owner::Prompt,
+                ids,
+                logprobs: vec![],
+            };
+            Played {
+                task,
+                segments: vec![segment],
+                actions: vec![],
+                reward: 0.0,
+                info: Info::default(),
+                parse_errors: 0,
+            }
         })
         .collect();
     let mut open: Vec<usize> = (0..tasks.len()).collect();
@@ -107,7 +146,10 @@ pub fn play_viewed(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_tu
     let mut cache = KvCache::default();
     while !open.is_empty() {
         // A context that does not extend the cached one is encoded again (`act_cached`).
-        let contexts: Vec<Vec<u32>> = open.iter().map(|&i| view.map_or_else(|| played[i].ids(), |view| view(&played[i].segments))).collect();
+        let contexts: Vec<Vec<u32>> = open
+            .iter()
+            .map(|&i| view.map_or_else(|| played[i].ids(), |view| view(&played[i].segments)))
+            .collect();
         let generating = Instant::now();
         let actions = policy.act_cached(&contexts, &mut cache, rng);
         time.generation += generating.elapsed().as_secs_f64();
@@ -117,15 +159,27 @@ pub fn play_viewed(policy: &LmPolicy, tasks_of: &[Task], tasks: &[usize], max_tu
             let step = envs[i].step(&action.text);
             let episode = &mut played[i];
             episode.parse_errors += usize::from(step.info.parse_error);
-            episode.segments.push(Segment { owner: Owner::Policy, ids: action.tokens, logprobs: action.logprobs });
+            episode.segments.push(Segment {
+                owner: Owner::Policy,
+                ids: action.tokens,
+                logprobs: action.logprobs,
+            });
             episode.actions.push(action.text);
             if step.done {
                 (episode.reward, episode.info) = (step.reward, step.info);
                 let end = opener(Owner::Env, &step.observation, None);
-                episode.segments.push(Segment { owner: Owner::Env, ids: [end, vec![bpe.special.end]].concat(), logprobs: vec![] });
+                episode.segments.push(Segment {
+                    owner: Owner::Env,
+                    ids: [end, vec![bpe.special.end]].concat(),
+                    logprobs: vec![],
+                });
             } else {
                 let ids = opener(Owner::Env, &step.observation, Some(Owner::Policy));
-                episode.segments.push(Segment { owner: Owner::Env, ids, logprobs: vec![] });
+                episode.segments.push(Segment {
+                    owner: Owner::Env,
+                    ids,
+                    logprobs: vec![],
+                });
                 still_open.push(i);
                 kept_rows.push(row);
             }
@@ -157,12 +211,39 @@ mod tests {
         let tasks = &gym.held_out[..4];
         let transcripts = corpus(tasks, 20, 0);
         let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), 400).unwrap();
-        let model = { let _turn = crate::book::seeded(0); TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 16, n_layer: 1, n_head: 2 }, Device::Cpu) };
-        let policy = LmPolicy { model: &model, bpe: &bpe, sampling: crate::tinyagent::Sampling::PURE, max_action_tokens: 6 };
-        let played = play(&policy, tasks, &[0, 1, 2, 3], 3, &mut StdRng::seed_from_u64(0));
+        let model = {
+            let _turn = crate::book::seeded(0);
+            TinyAgent::new(
+                Config {
+                    vocab: bpe.vocab_size() as i64,
+                    n_ctx: 512,
+                    d_model: 16,
+                    n_layer: 1,
+                    n_head: 2,
+                },
+                Device::Cpu,
+            )
+        };
+        let policy = LmPolicy {
+            model: &model,
+            bpe: &bpe,
+            sampling: crate::tinyagent::Sampling::PURE,
+            max_action_tokens: 6,
+        };
+        let played = play(
+            &policy,
+            tasks,
+            &[0, 1, 2, 3],
+            3,
+            &mut StdRng::seed_from_u64(0),
+        );
         for episode in &played {
             assert!(episode.actions.len() <= 3);
-            let policy_segments: Vec<&Segment> = episode.segments.iter().filter(|s| s.owner == Owner::Policy).collect();
+            let policy_segments: Vec<&Segment> = episode
+                .segments
+                .iter()
+                .filter(|s| s.owner == Owner::Policy)
+                .collect();
             assert_eq!(policy_segments.len(), episode.actions.len());
             for (segment, text) in policy_segments.iter().zip(&episode.actions) {
                 assert_eq!(segment.ids.len(), segment.logprobs.len());
@@ -170,7 +251,14 @@ mod tests {
                 assert_eq!(&bpe.decode(&segment.ids), text);
             }
             assert_eq!(*episode.ids().last().unwrap(), bpe.special.end);
-            assert_eq!(episode.parse_errors, episode.actions.iter().filter(|a| parse_call(a).is_none()).count());
+            assert_eq!(
+                episode.parse_errors,
+                episode
+                    .actions
+                    .iter()
+                    .filter(|a| parse_call(a).is_none())
+                    .count()
+            );
         }
     }
 }

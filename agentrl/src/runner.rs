@@ -35,7 +35,10 @@ pub struct Test {
 
 impl Test {
     pub fn new(call: impl Into<String>, expected: impl Into<String>) -> Self {
-        Test { call: call.into(), expected: expected.into() }
+        Test {
+            call: call.into(),
+            expected: expected.into(),
+        }
     }
 }
 
@@ -110,7 +113,10 @@ thread_local! {
 /// the processor's speed, not on what else the machine is doing.
 #[cfg(unix)]
 fn thread_cpu_time() -> Duration {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `clock_gettime` writes one `timespec` through the pointer it is given.
     if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
         return Duration::MAX; // no clock: stop at the first check rather than run unbounded
@@ -147,12 +153,17 @@ impl ProgramCache {
 
     fn insert(&mut self, source: &str, program: Result<Arc<AST>, String>) {
         if self.entries.len() >= PROGRAM_CACHE_CAPACITY {
-            let oldest = self.entries.iter().min_by_key(|(_, (used, _))| *used).map(|(text, _)| text.clone());
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (used, _))| *used)
+                .map(|(text, _)| text.clone());
             if let Some(oldest) = oldest {
                 self.entries.remove(&oldest);
             }
         }
-        self.entries.insert(source.to_string(), (self.clock, program));
+        self.entries
+            .insert(source.to_string(), (self.clock, program));
     }
 }
 
@@ -189,20 +200,36 @@ impl Guarded {
         let max_output = limits.max_output_bytes;
         // `print` and `debug` only count bytes; nothing reaches our console.
         engine.on_print(move |text| PRINTED.set(PRINTED.get().saturating_add(text.len() + 1)));
-        engine.on_debug(move |text, _, _| PRINTED.set(PRINTED.get().saturating_add(text.len() + 1)));
+        engine
+            .on_debug(move |text, _, _| PRINTED.set(PRINTED.get().saturating_add(text.len() + 1)));
         // Called before every operation: stop on too much output or on the clock.
         engine.on_progress(move |ops| {
             if PRINTED.get() > max_output {
-                return Some(Dynamic::from(format!("output limit of {max_output} bytes exceeded")));
+                return Some(Dynamic::from(format!(
+                    "output limit of {max_output} bytes exceeded"
+                )));
             }
-            if ops % 64 == 0 && DEADLINE.get().is_some_and(|deadline| thread_cpu_time() >= deadline) {
-                return Some(Dynamic::from(format!("time limit of {} ms of processor time exceeded", limits.cpu_time_ms)));
+            if ops % 64 == 0
+                && DEADLINE
+                    .get()
+                    .is_some_and(|deadline| thread_cpu_time() >= deadline)
+            {
+                return Some(Dynamic::from(format!(
+                    "time limit of {} ms of processor time exceeded",
+                    limits.cpu_time_ms
+                )));
             }
             None
         });
         register(&mut engine);
         let programs = Mutex::new(ProgramCache::default());
-        Guarded { core: Arc::new(Core { engine, limits, programs }) }
+        Guarded {
+            core: Arc::new(Core {
+                engine,
+                limits,
+                programs,
+            }),
+        }
     }
 
     /// The runner the gym uses by default (default limits), shared by all threads.
@@ -219,28 +246,48 @@ impl Guarded {
     pub fn compile(&self, source: &str) -> Result<Arc<AST>, String> {
         let max = self.core.limits.max_source_bytes;
         if source.len() > max {
-            return Err(format!("source of {} bytes is over the limit of {max} bytes", source.len()));
+            return Err(format!(
+                "source of {} bytes is over the limit of {max} bytes",
+                source.len()
+            ));
         }
-        let mut programs = self.core.programs.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut programs = self
+            .core
+            .programs
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         if let Some(found) = programs.get(source) {
             return found;
         }
-        let compiled = self.core.engine.compile(source).map(Arc::new).map_err(|err| err.to_string());
+        let compiled = self
+            .core
+            .engine
+            .compile(source)
+            .map(Arc::new)
+            .map_err(|err| err.to_string());
         programs.insert(source, compiled.clone());
         compiled
     }
 
     /// How many distinct sources are in the compile cache.
     pub fn cached_programs(&self) -> usize {
-        self.core.programs.lock().map(|programs| programs.entries.len()).unwrap_or(0)
+        self.core
+            .programs
+            .lock()
+            .map(|programs| programs.entries.len())
+            .unwrap_or(0)
     }
 
     /// Evaluate one expression against a program under the clock and output limits.
     pub fn call(&self, program: &AST, call: &str) -> Result<Dynamic, String> {
         let engine = &self.core.engine;
-        let expr = engine.compile_expression(call).map_err(|err| err.to_string())?;
+        let expr = engine
+            .compile_expression(call)
+            .map_err(|err| err.to_string())?;
         let merged = program.merge(&expr);
-        DEADLINE.set(Some(thread_cpu_time() + Duration::from_millis(self.core.limits.cpu_time_ms)));
+        DEADLINE.set(Some(
+            thread_cpu_time() + Duration::from_millis(self.core.limits.cpu_time_ms),
+        ));
         PRINTED.set(0);
         let result = engine.eval_ast_with_scope::<Dynamic>(&mut Scope::new(), &merged);
         DEADLINE.set(None);
@@ -259,19 +306,30 @@ impl Guarded {
         let program = match self.compile(source) {
             Ok(program) => program,
             // The interpreter's message can quote the source, control characters included.
-            Err(err) => return vec![TestLine { passed: false, text: format!("FAIL load error: {}", shorten(&err, MAX_ERROR_CHARS)) }],
+            Err(err) => {
+                return vec![TestLine {
+                    passed: false,
+                    text: format!("FAIL load error: {}", shorten(&err, MAX_ERROR_CHARS)),
+                }]
+            }
         };
         tests
             .iter()
             .map(|test| {
-                let (passed, got) = match (self.call(&program, &test.call), self.call(&AST::empty(), &test.expected)) {
+                let (passed, got) = match (
+                    self.call(&program, &test.call),
+                    self.call(&AST::empty(), &test.expected),
+                ) {
                     (Ok(value), Ok(expected)) => (same_value(&value, &expected), value.to_string()),
                     (Err(err), _) => (false, format!("error: {err}")),
                     (_, Err(err)) => (false, format!("bad expectation: {err}")),
                 };
                 let got = shorten(&got, self.core.limits.max_result_chars);
                 let verdict = if passed { "PASS" } else { "FAIL" };
-                TestLine { passed, text: format!("{verdict} {} -> {got}", test.call) }
+                TestLine {
+                    passed,
+                    text: format!("{verdict} {} -> {got}", test.call),
+                }
             })
             .collect()
     }
@@ -303,13 +361,15 @@ impl Worker {
     fn start() -> std::io::Result<Worker> {
         let (jobs, job_queue) = mpsc::channel::<Job>();
         let (reply, lines) = mpsc::channel();
-        std::thread::Builder::new().name("sandbox".into()).spawn(move || {
-            for (runner, source, tests) in job_queue {
-                if reply.send(runner.run_here(&source, &tests)).is_err() {
-                    break; // the caller gave up on this worker
+        std::thread::Builder::new()
+            .name("sandbox".into())
+            .spawn(move || {
+                for (runner, source, tests) in job_queue {
+                    if reply.send(runner.run_here(&source, &tests)).is_err() {
+                        break; // the caller gave up on this worker
+                    }
                 }
-            }
-        })?;
+            })?;
         Ok(Worker { jobs, lines })
     }
 }
@@ -325,7 +385,12 @@ impl TestRunner for Guarded {
     /// cannot hang the caller, whatever the progress callback sees. A worker
     /// that overstays is abandoned and the next suite gets a new one.
     fn run(&self, source: &str, tests: &[Test]) -> Vec<TestLine> {
-        let fail = |text: String| vec![TestLine { passed: false, text }];
+        let fail = |text: String| {
+            vec![TestLine {
+                passed: false,
+                text,
+            }]
+        };
         let limit = self.hard_deadline(tests.len());
         WORKER.with(|slot| {
             let mut slot = slot.borrow_mut();
@@ -405,17 +470,28 @@ impl ProcessRunner {
     }
 
     fn fail(&self, why: String) -> Vec<TestLine> {
-        vec![TestLine { passed: false, text: format!("FAIL runner error: {why}") }]
+        vec![TestLine {
+            passed: false,
+            text: format!("FAIL runner error: {why}"),
+        }]
     }
 }
 
 impl TestRunner for ProcessRunner {
     fn run(&self, source: &str, tests: &[Test]) -> Vec<TestLine> {
-        let request = Request { source: source.to_string(), tests: tests.to_vec(), limits: self.limits };
+        let request = Request {
+            source: source.to_string(),
+            tests: tests.to_vec(),
+            limits: self.limits,
+        };
         let request = serde_json::to_vec(&request).expect("a request serialises");
         let (cpu, memory) = (self.cpu_seconds, self.memory_bytes);
         let mut command = Command::new(&self.exe);
-        command.env_clear().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        command
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
         set_os_limits(&mut command, cpu, memory);
         let mut child = match command.spawn() {
             Ok(child) => child,
@@ -436,14 +512,20 @@ impl TestRunner for ProcessRunner {
                 Ok(None) if Instant::now() >= deadline => {
                     let _ = child.kill();
                     let _ = child.wait();
-                    break Err(format!("killed after the wall-clock limit of {} ms", self.wall_clock.as_millis()));
+                    break Err(format!(
+                        "killed after the wall-clock limit of {} ms",
+                        self.wall_clock.as_millis()
+                    ));
                 }
                 Ok(None) => std::thread::sleep(Duration::from_micros(100)),
                 Err(err) => break Err(err.to_string()),
             }
         };
         let _ = writer.join();
-        let reply = reader.join().map_err(|_| "reader panicked".to_string()).and_then(|r| r.map_err(|e| e.to_string()));
+        let reply = reader
+            .join()
+            .map_err(|_| "reader panicked".to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
         let status = match status {
             Ok(status) => status,
             Err(why) => return self.fail(why),
@@ -451,8 +533,14 @@ impl TestRunner for ProcessRunner {
         if !status.success() {
             return self.fail(describe_exit(status));
         }
-        match reply.and_then(|bytes| serde_json::from_slice::<Reply>(&bytes).map_err(|err| err.to_string())) {
-            Ok(reply) => reply.lines.into_iter().map(|(passed, text)| TestLine { passed, text }).collect(),
+        match reply.and_then(|bytes| {
+            serde_json::from_slice::<Reply>(&bytes).map_err(|err| err.to_string())
+        }) {
+            Ok(reply) => reply
+                .lines
+                .into_iter()
+                .map(|(passed, text)| TestLine { passed, text })
+                .collect(),
             Err(err) => self.fail(format!("unreadable reply: {err}")),
         }
     }
@@ -467,9 +555,16 @@ fn set_os_limits(command: &mut Command, cpu_seconds: u64, memory_bytes: u64) {
     let limit = |resource, value: u64| {
         // The hard limit one above the soft one: at the soft limit the kernel
         // sends SIGXCPU (a named cause), at the hard one SIGKILL.
-        let bound = libc::rlimit { rlim_cur: value as libc::rlim_t, rlim_max: value.saturating_add(1) as libc::rlim_t };
+        let bound = libc::rlimit {
+            rlim_cur: value as libc::rlim_t,
+            rlim_max: value.saturating_add(1) as libc::rlim_t,
+        };
         // SAFETY: setrlimit is async-signal-safe and only touches the child.
-        if unsafe { libc::setrlimit(resource, &bound) } == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+        if unsafe { libc::setrlimit(resource, &bound) } == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
     };
     // SAFETY: the closure runs in the forked child and calls only setrlimit.
     unsafe {
@@ -506,7 +601,11 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
 /// The child side of [`ProcessRunner`]: one request on stdin, one reply on stdout.
 pub fn child_main() {
     let mut input = String::new();
-    if std::io::stdin().take(16 << 20).read_to_string(&mut input).is_err() {
+    if std::io::stdin()
+        .take(16 << 20)
+        .read_to_string(&mut input)
+        .is_err()
+    {
         std::process::exit(2);
     }
     let request: Request = match serde_json::from_str(&input) {
@@ -514,7 +613,12 @@ pub fn child_main() {
         Err(_) => std::process::exit(3),
     };
     let lines = Guarded::new(request.limits).run(&request.source, &request.tests);
-    let reply = Reply { lines: lines.into_iter().map(|line| (line.passed, line.text)).collect() };
+    let reply = Reply {
+        lines: lines
+            .into_iter()
+            .map(|line| (line.passed, line.text))
+            .collect(),
+    };
     let mut out = std::io::stdout().lock();
     let _ = serde_json::to_writer(&mut out, &reply);
     let _ = out.flush();
@@ -543,12 +647,19 @@ mod tests {
     }
 
     fn hostile(name: &str) -> &'static str {
-        HOSTILE_SOURCES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s).unwrap()
+        HOSTILE_SOURCES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, s)| *s)
+            .unwrap()
     }
 
     #[test]
     fn a_correct_source_passes() {
-        let lines = Guarded::shared().run("fn f(x){ x }", &[Test::new("f(1)", "1"), Test::new("f(2)", "3")]);
+        let lines = Guarded::shared().run(
+            "fn f(x){ x }",
+            &[Test::new("f(1)", "1"), Test::new("f(2)", "3")],
+        );
         assert_eq!(lines[0].text, "PASS f(1) -> 1");
         assert_eq!(lines[1].text, "FAIL f(2) -> 2");
     }
@@ -558,7 +669,11 @@ mod tests {
         for (name, source) in HOSTILE_SOURCES {
             let lines = Guarded::shared().run(source, &one());
             assert_eq!(lines.len(), 1, "{name}");
-            assert!(lines[0].text.starts_with("FAIL "), "{name}: {}", lines[0].text);
+            assert!(
+                lines[0].text.starts_with("FAIL "),
+                "{name}: {}",
+                lines[0].text
+            );
             assert!(!lines[0].passed, "{name}");
         }
     }
@@ -566,17 +681,51 @@ mod tests {
     #[test]
     fn each_hostile_source_fails_for_its_own_reason() {
         let text = |name| Guarded::shared().run(hostile(name), &one())[0].text.clone();
-        assert!(text("infinite loop").contains("error: Too many operations"), "{}", text("infinite loop"));
-        assert!(text("deep recursion").contains("Stack overflow"), "{}", text("deep recursion"));
-        assert!(text("huge string").contains("Length of string too large"), "{}", text("huge string"));
-        assert!(text("huge array").contains("Size of array/BLOB too large"), "{}", text("huge array"));
-        assert!(text("type error").contains("error: Function not found"), "{}", text("type error"));
-        assert!(text("syntax error").starts_with("FAIL load error:"), "{}", text("syntax error"));
-        assert_eq!(text("huge output"), "FAIL f(1) -> error: output limit of 4096 bytes exceeded");
+        assert!(
+            text("infinite loop").contains("error: Too many operations"),
+            "{}",
+            text("infinite loop")
+        );
+        assert!(
+            text("deep recursion").contains("Stack overflow"),
+            "{}",
+            text("deep recursion")
+        );
+        assert!(
+            text("huge string").contains("Length of string too large"),
+            "{}",
+            text("huge string")
+        );
+        assert!(
+            text("huge array").contains("Size of array/BLOB too large"),
+            "{}",
+            text("huge array")
+        );
+        assert!(
+            text("type error").contains("error: Function not found"),
+            "{}",
+            text("type error")
+        );
+        assert!(
+            text("syntax error").starts_with("FAIL load error:"),
+            "{}",
+            text("syntax error")
+        );
+        assert_eq!(
+            text("huge output"),
+            "FAIL f(1) -> error: output limit of 4096 bytes exceeded"
+        );
         let long = text("long result");
-        assert!(long.starts_with("FAIL f(1) -> [1, 1, 1") && long.ends_with("..."), "{long}");
+        assert!(
+            long.starts_with("FAIL f(1) -> [1, 1, 1") && long.ends_with("..."),
+            "{long}"
+        );
         assert_eq!(long.chars().count(), "FAIL f(1) -> ".len() + 80 + 3);
-        assert!(text("empty padding").contains("the padding string is empty"), "{}", text("empty padding"));
+        assert!(
+            text("empty padding").contains("the padding string is empty"),
+            "{}",
+            text("empty padding")
+        );
         assert_eq!(text("control chars"), "FAIL f(1) -> \\u{0}\\u{202e}1");
     }
 
@@ -584,10 +733,25 @@ mod tests {
     fn sources_are_bounded_in_size_and_in_functions() {
         let huge = "fn f(x){ x }\n".repeat(80_000); // about 1 MB
         let lines = Guarded::shared().run(&huge, &one());
-        assert_eq!(lines[0].text, format!("FAIL load error: source of {} bytes is over the limit of 16384 bytes", huge.len()));
-        let many: String = (0..=MAX_FUNCTIONS).map(|i| format!("fn g{i}(x){{ x }}\n")).collect::<String>() + "fn f(x){ x }";
+        assert_eq!(
+            lines[0].text,
+            format!(
+                "FAIL load error: source of {} bytes is over the limit of 16384 bytes",
+                huge.len()
+            )
+        );
+        let many: String = (0..=MAX_FUNCTIONS)
+            .map(|i| format!("fn g{i}(x){{ x }}\n"))
+            .collect::<String>()
+            + "fn f(x){ x }";
         let lines = Guarded::shared().run(&many, &one());
-        assert!(lines[0].text.starts_with("FAIL load error: Number of functions defined exceeds maximum limit"), "{}", lines[0].text);
+        assert!(
+            lines[0]
+                .text
+                .starts_with("FAIL load error: Number of functions defined exceeds maximum limit"),
+            "{}",
+            lines[0].text
+        );
     }
 
     #[test]
@@ -601,7 +765,10 @@ mod tests {
         assert_eq!(runner.cached_programs(), PROGRAM_CACHE_CAPACITY);
         let cache = runner.core.programs.lock().unwrap();
         assert!(cache.entries.contains_key(&source(0)));
-        assert!(!cache.entries.contains_key(&source(1)), "the least recently used source is evicted first");
+        assert!(
+            !cache.entries.contains_key(&source(1)),
+            "the least recently used source is evicted first"
+        );
     }
 
     /// Call every native function the engine has (every name, every number of
@@ -614,45 +781,98 @@ mod tests {
         use std::collections::BTreeSet;
         use std::sync::atomic::AtomicBool;
         const WIDE: &[&str] = &[
-            "\"\"", "\"ab\"", "'x'", "0", "-1", "2", "1000000", "9223372036854775807", "-9223372036854775808", "0.5", "-0.0",
-            "[]", "[1, \"a\", [2]]", "#{a: 1}", "()", "true", "(1..3)", "blob(2)", "Fn(\"g\")",
+            "\"\"",
+            "\"ab\"",
+            "'x'",
+            "0",
+            "-1",
+            "2",
+            "1000000",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "0.5",
+            "-0.0",
+            "[]",
+            "[1, \"a\", [2]]",
+            "#{a: 1}",
+            "()",
+            "true",
+            "(1..3)",
+            "blob(2)",
+            "Fn(\"g\")",
         ];
-        const NARROW: &[&str] = &["\"\"", "\"ab\"", "0", "-1", "9223372036854775807", "-9223372036854775808", "[1, 2]", "'x'"];
+        const NARROW: &[&str] = &[
+            "\"\"",
+            "\"ab\"",
+            "0",
+            "-1",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "[1, 2]",
+            "'x'",
+        ];
         let runner = Guarded::shared();
         let mut functions = BTreeSet::new();
         for signature in runner.core.engine.gen_fn_signatures(true) {
             let (name, rest) = signature.split_once('(').unwrap();
             let params = rest.split(')').next().unwrap();
-            let arity = if params.trim().is_empty() { 0 } else { params.split(',').count() };
+            let arity = if params.trim().is_empty() {
+                0
+            } else {
+                params.split(',').count()
+            };
             let plain = name.chars().all(|c| c.is_alphanumeric() || c == '_');
             if plain && !name.is_empty() {
                 functions.insert((name.to_string(), arity));
             }
         }
-        assert!(functions.len() > 100, "only {} functions found", functions.len());
+        assert!(
+            functions.len() > 100,
+            "only {} functions found",
+            functions.len()
+        );
         let calls: Vec<String> = functions
             .iter()
             .flat_map(|(name, arity)| {
                 let pool = if *arity >= 4 { NARROW } else { WIDE };
                 let mut argument_lists = vec![Vec::<&str>::new()];
                 for _ in 0..*arity {
-                    argument_lists = argument_lists.iter().flat_map(|args| pool.iter().map(move |a| [args.clone(), vec![*a]].concat())).collect();
+                    argument_lists = argument_lists
+                        .iter()
+                        .flat_map(|args| {
+                            pool.iter().map(move |a| [args.clone(), vec![*a]].concat())
+                        })
+                        .collect();
                 }
-                argument_lists.into_iter().map(move |args| format!("{name}({})", args.join(", ")))
+                argument_lists
+                    .into_iter()
+                    .map(move |args| format!("{name}({})", args.join(", ")))
             })
             .collect();
         assert!(calls.len() > 100_000, "only {} calls", calls.len());
         let program = runner.compile("fn g(a, b) { a }").unwrap();
         let current = Arc::new(Mutex::new(String::new()));
-        let (done, finished) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let (done, finished) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
         let panicked = Arc::new(Mutex::new(Vec::<String>::new()));
         let total = calls.len();
         {
-            let (current, done, finished, panicked) = (current.clone(), done.clone(), finished.clone(), panicked.clone());
+            let (current, done, finished, panicked) = (
+                current.clone(),
+                done.clone(),
+                finished.clone(),
+                panicked.clone(),
+            );
             std::thread::spawn(move || {
                 for call in calls {
                     *current.lock().unwrap() = call.clone();
-                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.call(&program, &call))).is_err() {
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        runner.call(&program, &call)
+                    }))
+                    .is_err()
+                    {
                         panicked.lock().unwrap().push(call);
                     }
                     done.fetch_add(1, Ordering::SeqCst);
@@ -667,21 +887,35 @@ mod tests {
             if now != last {
                 (last, since) = (now, Instant::now());
             }
-            assert!(since.elapsed() < Duration::from_secs(10), "no return after 10 s from `{}`", current.lock().unwrap());
+            assert!(
+                since.elapsed() < Duration::from_secs(10),
+                "no return after 10 s from `{}`",
+                current.lock().unwrap()
+            );
         }
         assert_eq!(done.load(Ordering::SeqCst), total);
-        assert_eq!(*panicked.lock().unwrap(), Vec::<String>::new(), "native functions that panicked");
+        assert_eq!(
+            *panicked.lock().unwrap(),
+            Vec::<String>::new(),
+            "native functions that panicked"
+        );
     }
 
     #[test]
     fn a_native_call_that_never_returns_is_abandoned_at_the_hard_limit() {
-        let limits = RunLimits { cpu_time_ms: 10, ..RunLimits::default() };
+        let limits = RunLimits {
+            cpu_time_ms: 10,
+            ..RunLimits::default()
+        };
         let runner = Guarded::with_natives(limits, |engine| {
             engine.register_fn("stall", || std::thread::sleep(Duration::from_secs(3)));
         });
         let before = abandoned_suites();
         let lines = runner.run("fn f(x){ stall(); x }", &one());
-        assert_eq!(lines[0].text, "FAIL runner error: no result after the hard limit of 1030 ms; the suite was abandoned");
+        assert_eq!(
+            lines[0].text,
+            "FAIL runner error: no result after the hard limit of 1030 ms; the suite was abandoned"
+        );
         assert!(abandoned_suites() > before);
         // The next suite on this thread gets a fresh worker.
         assert_eq!(runner.run("fn f(x){ x }", &one())[0].text, "PASS f(1) -> 1");
@@ -689,9 +923,16 @@ mod tests {
 
     #[test]
     fn the_time_limit_stops_a_loop_that_the_operation_limit_would_not() {
-        let limits = RunLimits { max_operations: 0, cpu_time_ms: 20, ..RunLimits::default() };
+        let limits = RunLimits {
+            max_operations: 0,
+            cpu_time_ms: 20,
+            ..RunLimits::default()
+        };
         let lines = Guarded::new(limits).run(hostile("infinite loop"), &one());
-        assert_eq!(lines[0].text, "FAIL f(1) -> error: time limit of 20 ms of processor time exceeded");
+        assert_eq!(
+            lines[0].text,
+            "FAIL f(1) -> error: time limit of 20 ms of processor time exceeded"
+        );
     }
 
     #[test]
@@ -710,15 +951,24 @@ mod tests {
         let lines = Guarded::shared().run("import \"std\" as s;\nfn f(x){ x }", &one());
         assert!(!lines[0].passed, "{}", lines[0].text);
         let lines = Guarded::shared().run("fn f(x){ open_file(\"/etc/passwd\") }", &one());
-        assert!(lines[0].text.starts_with("FAIL f(1) -> error: Function not found"), "{}", lines[0].text);
+        assert!(
+            lines[0]
+                .text
+                .starts_with("FAIL f(1) -> error: Function not found"),
+            "{}",
+            lines[0].text
+        );
     }
-
 
     #[test]
     fn a_missing_child_binary_is_a_fail_line() {
         let runner = ProcessRunner::new("/nonexistent/sandbox-child");
         let lines = runner.run("fn f(x){ x }", &one());
         assert_eq!(lines.len(), 1);
-        assert!(lines[0].text.starts_with("FAIL runner error: cannot start"), "{}", lines[0].text);
+        assert!(
+            lines[0].text.starts_with("FAIL runner error: cannot start"),
+            "{}",
+            lines[0].text
+        );
     }
 }

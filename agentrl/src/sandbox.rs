@@ -9,7 +9,9 @@
 //! Chapter 3 extends this runner with a time limit, output limits and process
 //! isolation.
 
-use rhai::{Array, Dynamic, Engine, EvalAltResult, ImmutableString, NativeCallContext, Scope, AST, INT};
+use rhai::{
+    Array, Dynamic, Engine, EvalAltResult, ImmutableString, NativeCallContext, Scope, AST, INT,
+};
 use std::fmt;
 use std::sync::LazyLock;
 
@@ -55,7 +57,12 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_operations: 100_000, max_call_depth: 32, max_string_len: 10_000, max_collection_len: 1_000 }
+        Limits {
+            max_operations: 100_000,
+            max_call_depth: 32,
+            max_string_len: 10_000,
+            max_collection_len: 1_000,
+        }
     }
 }
 // ANCHOR_END: limits
@@ -89,13 +96,22 @@ pub fn limited_engine(limits: Limits) -> Engine {
 /// thread inside one native call, beyond the reach of every limit. A script
 /// under test has no reason to wait, so the sandbox refuses it.
 fn forbid_sleep(engine: &mut Engine) {
-    engine.register_fn("sleep", |_seconds: INT| -> Result<(), Box<EvalAltResult>> { Err("sleep is not available in the sandbox".into()) });
-    engine.register_fn("sleep", |_seconds: rhai::FLOAT| -> Result<(), Box<EvalAltResult>> { Err("sleep is not available in the sandbox".into()) });
+    engine.register_fn("sleep", |_seconds: INT| -> Result<(), Box<EvalAltResult>> {
+        Err("sleep is not available in the sandbox".into())
+    });
+    engine.register_fn(
+        "sleep",
+        |_seconds: rhai::FLOAT| -> Result<(), Box<EvalAltResult>> {
+            Err("sleep is not available in the sandbox".into())
+        },
+    );
 }
 
 impl Sandbox {
     pub fn new(limits: Limits) -> Self {
-        Sandbox { engine: limited_engine(limits) }
+        Sandbox {
+            engine: limited_engine(limits),
+        }
     }
 
     /// The sandbox shared by everything in Chapter 1 (default limits).
@@ -111,7 +127,10 @@ impl Sandbox {
 
     /// Evaluate one call expression against a compiled source.
     pub fn call(&self, program: &AST, call: &str) -> Result<Dynamic, String> {
-        let expr = self.engine.compile_expression(call).map_err(|err| err.to_string())?;
+        let expr = self
+            .engine
+            .compile_expression(call)
+            .map_err(|err| err.to_string())?;
         let merged = program.merge(&expr); // the source's functions + the call
         self.engine
             .eval_ast_with_scope::<Dynamic>(&mut Scope::new(), &merged)
@@ -129,27 +148,50 @@ impl Sandbox {
 /// huge allocation). Ours, registered in the engine's own namespace (searched
 /// before the standard library), refuse both and otherwise pad the same way.
 fn register_bounded_pad(engine: &mut Engine) {
-    engine.register_fn("pad", |context: NativeCallContext, array: &mut Array, len: INT, item: Dynamic| -> Result<(), Box<EvalAltResult>> {
-        let max = context.engine().max_array_size();
-        let Ok(len) = usize::try_from(len) else { return Ok(()) }; // a negative length pads nothing
-        if max > 0 && len > max {
-            return Err(EvalAltResult::ErrorDataTooLarge("Size of array/BLOB".into(), context.call_position()).into());
-        }
-        if len > array.len() {
-            array.resize(len, item);
-        }
-        Ok(())
-    });
     engine.register_fn(
         "pad",
-        |context: NativeCallContext, string: &mut ImmutableString, len: INT, padding: &str| -> Result<(), Box<EvalAltResult>> {
+        |context: NativeCallContext,
+         array: &mut Array,
+         len: INT,
+         item: Dynamic|
+         -> Result<(), Box<EvalAltResult>> {
+            let max = context.engine().max_array_size();
+            let Ok(len) = usize::try_from(len) else {
+                return Ok(());
+            }; // a negative length pads nothing
+            if max > 0 && len > max {
+                return Err(EvalAltResult::ErrorDataTooLarge(
+                    "Size of array/BLOB".into(),
+                    context.call_position(),
+                )
+                .into());
+            }
+            if len > array.len() {
+                array.resize(len, item);
+            }
+            Ok(())
+        },
+    );
+    engine.register_fn(
+        "pad",
+        |context: NativeCallContext,
+         string: &mut ImmutableString,
+         len: INT,
+         padding: &str|
+         -> Result<(), Box<EvalAltResult>> {
             if padding.is_empty() {
                 return Err("pad: the padding string is empty".into());
             }
             let max = context.engine().max_string_size();
-            let Ok(len) = usize::try_from(len) else { return Ok(()) }; // a negative length pads nothing
+            let Ok(len) = usize::try_from(len) else {
+                return Ok(());
+            }; // a negative length pads nothing
             if max > 0 && len > max {
-                return Err(EvalAltResult::ErrorDataTooLarge("Length of string".into(), context.call_position()).into());
+                return Err(EvalAltResult::ErrorDataTooLarge(
+                    "Length of string".into(),
+                    context.call_position(),
+                )
+                .into());
             }
             let have = string.chars().count();
             if have < len {
@@ -166,15 +208,26 @@ fn register_bounded_pad(engine: &mut Engine) {
 /// the chosen argument unchanged, as Python's do, so `min(0, 1.0)` is the int `0`.
 fn register_python_min_max(engine: &mut Engine) {
     fn pick(a: Dynamic, b: Dynamic, want_smaller: bool) -> Dynamic {
-        let (x, y) = (as_f64(&a).unwrap_or(f64::NAN), as_f64(&b).unwrap_or(f64::NAN));
+        let (x, y) = (
+            as_f64(&a).unwrap_or(f64::NAN),
+            as_f64(&b).unwrap_or(f64::NAN),
+        );
         // Python keeps the first argument on ties.
         let take_b = if want_smaller { y < x } else { y > x };
-        if take_b { b } else { a }
+        if take_b {
+            b
+        } else {
+            a
+        }
     }
     macro_rules! both {
         ($a:ty, $b:ty) => {
-            engine.register_fn("min", |a: $a, b: $b| pick(Dynamic::from(a), Dynamic::from(b), true));
-            engine.register_fn("max", |a: $a, b: $b| pick(Dynamic::from(a), Dynamic::from(b), false));
+            engine.register_fn("min", |a: $a, b: $b| {
+                pick(Dynamic::from(a), Dynamic::from(b), true)
+            });
+            engine.register_fn("max", |a: $a, b: $b| {
+                pick(Dynamic::from(a), Dynamic::from(b), false)
+            });
         };
     }
     both!(i64, i64);
@@ -202,7 +255,8 @@ pub fn same_value(a: &Dynamic, b: &Dynamic) -> bool {
 
 /// Control and bidirectional-formatting characters: what [`shorten`] escapes.
 pub fn unsafe_char(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// Text safe to show an agent: at most `max` characters, `...` marking a cut,
@@ -235,18 +289,28 @@ pub fn run_tests(source: &str, tests: &[TestCase]) -> Vec<TestLine> {
     let sandbox = Sandbox::shared();
     let program = match sandbox.compile(source) {
         Ok(program) => program,
-        Err(err) => return vec![TestLine { passed: false, text: format!("FAIL load error: {err}") }],
+        Err(err) => {
+            return vec![TestLine {
+                passed: false,
+                text: format!("FAIL load error: {err}"),
+            }]
+        }
     };
     tests
         .iter()
         .map(|test| {
-            let expected = sandbox.call(&AST::empty(), test.expected).expect("test expectations are valid Rhai");
+            let expected = sandbox
+                .call(&AST::empty(), test.expected)
+                .expect("test expectations are valid Rhai");
             let (passed, got) = match sandbox.call(&program, test.call) {
                 Ok(value) => (same_value(&value, &expected), value.to_string()),
                 Err(err) => (false, format!("error: {err}")),
             };
             let verdict = if passed { "PASS" } else { "FAIL" };
-            TestLine { passed, text: format!("{verdict} {} -> {got}", test.call) }
+            TestLine {
+                passed,
+                text: format!("{verdict} {} -> {got}", test.call),
+            }
         })
         .collect()
 }
@@ -256,11 +320,26 @@ pub fn run_tests(source: &str, tests: &[TestCase]) -> Vec<TestLine> {
 mod tests {
     use super::*;
 
-    const ONE: &[TestCase] = &[TestCase { call: "f(1)", expected: "1" }];
+    const ONE: &[TestCase] = &[TestCase {
+        call: "f(1)",
+        expected: "1",
+    }];
 
     #[test]
     fn passing_and_failing_cases_are_reported() {
-        let lines = run_tests("fn f(x) { x }", &[TestCase { call: "f(2)", expected: "2" }, TestCase { call: "f(2)", expected: "3" }]);
+        let lines = run_tests(
+            "fn f(x) { x }",
+            &[
+                TestCase {
+                    call: "f(2)",
+                    expected: "2",
+                },
+                TestCase {
+                    call: "f(2)",
+                    expected: "3",
+                },
+            ],
+        );
         assert_eq!(lines[0].text, "PASS f(2) -> 2");
         assert_eq!(lines[1].text, "FAIL f(2) -> 2");
         assert!(!all_pass(&lines));
@@ -270,7 +349,11 @@ mod tests {
     fn an_infinite_loop_is_stopped() {
         let lines = run_tests("fn f(x) { loop { x += 1; } }", ONE);
         assert!(!lines[0].passed);
-        assert!(lines[0].text.contains("Too many operations"), "{}", lines[0].text);
+        assert!(
+            lines[0].text.contains("Too many operations"),
+            "{}",
+            lines[0].text
+        );
     }
 
     #[test]
@@ -291,9 +374,17 @@ mod tests {
     fn syntax_errors_and_type_errors_are_observations() {
         let lines = run_tests("fn f(x) { x + }", ONE);
         assert_eq!(lines.len(), 1);
-        assert!(lines[0].text.starts_with("FAIL load error:"), "{}", lines[0].text);
+        assert!(
+            lines[0].text.starts_with("FAIL load error:"),
+            "{}",
+            lines[0].text
+        );
         let lines = run_tests("fn f(x) { x + \"a\" - 1 }", ONE);
-        assert!(lines[0].text.starts_with("FAIL f(1) -> error:"), "{}", lines[0].text);
+        assert!(
+            lines[0].text.starts_with("FAIL f(1) -> error:"),
+            "{}",
+            lines[0].text
+        );
     }
 
     #[test]
@@ -309,18 +400,37 @@ mod tests {
         assert_eq!(shorten("abcdef", 3), "abc...");
         assert_eq!(shorten("abc", 3), "abc");
         assert_eq!(shorten("ééé", 2), "éé...");
-        assert_eq!(shorten("a\u{0}b\u{202e}c\nd", 80), "a\\u{0}b\\u{202e}c\\u{a}d");
+        assert_eq!(
+            shorten("a\u{0}b\u{202e}c\nd", 80),
+            "a\\u{0}b\\u{202e}c\\u{a}d"
+        );
     }
 
     #[test]
     fn padding_with_an_empty_string_is_an_error_not_a_hang() {
         let sandbox = Sandbox::shared();
-        let program = sandbox.compile("fn pad_to(n, fill) { let s = \"a\"; s.pad(n, fill); s }").unwrap();
+        let program = sandbox
+            .compile("fn pad_to(n, fill) { let s = \"a\"; s.pad(n, fill); s }")
+            .unwrap();
         let err = sandbox.call(&program, "pad_to(3, \"\")").unwrap_err();
         assert!(err.contains("the padding string is empty"), "{err}");
-        assert_eq!(sandbox.call(&program, "pad_to(6, \"xy\")").unwrap().to_string(), "axyxyx");
-        assert_eq!(sandbox.call(&program, "pad_to(-5, \"x\")").unwrap().to_string(), "a");
-        let err = sandbox.call(&program, "pad_to(1000000, \"x\")").unwrap_err();
+        assert_eq!(
+            sandbox
+                .call(&program, "pad_to(6, \"xy\")")
+                .unwrap()
+                .to_string(),
+            "axyxyx"
+        );
+        assert_eq!(
+            sandbox
+                .call(&program, "pad_to(-5, \"x\")")
+                .unwrap()
+                .to_string(),
+            "a"
+        );
+        let err = sandbox
+            .call(&program, "pad_to(1000000, \"x\")")
+            .unwrap_err();
         assert!(err.contains("Length of string"), "{err}");
     }
 
@@ -336,10 +446,17 @@ mod tests {
     #[test]
     fn padding_an_array_to_a_huge_length_is_an_error_not_an_overflow() {
         let sandbox = Sandbox::shared();
-        let program = sandbox.compile("fn pad_to(n) { let a = [1, 2]; a.pad(n, [1, 2]); a.len() }").unwrap();
-        let err = sandbox.call(&program, "pad_to(9223372036854775807)").unwrap_err();
+        let program = sandbox
+            .compile("fn pad_to(n) { let a = [1, 2]; a.pad(n, [1, 2]); a.len() }")
+            .unwrap();
+        let err = sandbox
+            .call(&program, "pad_to(9223372036854775807)")
+            .unwrap_err();
         assert!(err.contains("Size of array"), "{err}");
-        assert_eq!(sandbox.call(&program, "pad_to(5)").unwrap().to_string(), "5");
+        assert_eq!(
+            sandbox.call(&program, "pad_to(5)").unwrap().to_string(),
+            "5"
+        );
     }
 
     #[test]

@@ -161,7 +161,11 @@ pub struct Failure {
 
 impl Failure {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Failure { code, message: message.into(), errors: Vec::new() }
+        Failure {
+            code,
+            message: message.into(),
+            errors: Vec::new(),
+        }
     }
 
     /// A validation error at `loc` (a path of field names).
@@ -171,7 +175,10 @@ impl Failure {
         Failure {
             code: ErrorCode::ValidationError,
             message: format!("Invalid message: {at}: {msg}"),
-            errors: vec![FieldError { loc: loc.iter().map(|s| s.to_string()).collect(), msg }],
+            errors: vec![FieldError {
+                loc: loc.iter().map(|s| s.to_string()).collect(),
+                msg,
+            }],
         }
     }
 }
@@ -201,14 +208,36 @@ fn no_errors(errors: &&[FieldError]) -> bool {
 
 /// The JSON text of a WebSocket error reply.
 pub fn error_text(failure: &Failure) -> String {
-    let data = ErrorData { message: &failure.message, code: failure.code.as_str(), errors: &failure.errors, active_sessions: None, max_sessions: None };
-    serde_json::to_string(&Envelope { kind: "error", data }).expect("an error serialises")
+    let data = ErrorData {
+        message: &failure.message,
+        code: failure.code.as_str(),
+        errors: &failure.errors,
+        active_sessions: None,
+        max_sessions: None,
+    };
+    serde_json::to_string(&Envelope {
+        kind: "error",
+        data,
+    })
+    .expect("an error serialises")
 }
 
 fn capacity_text(active: usize, max: usize) -> String {
-    let message = format!("Server at capacity: {active}/{max} sessions active. Cannot accept new connections.");
-    let data = ErrorData { message: &message, code: ErrorCode::CapacityReached.as_str(), errors: &[], active_sessions: Some(active), max_sessions: Some(max) };
-    serde_json::to_string(&Envelope { kind: "error", data }).expect("an error serialises")
+    let message = format!(
+        "Server at capacity: {active}/{max} sessions active. Cannot accept new connections."
+    );
+    let data = ErrorData {
+        message: &message,
+        code: ErrorCode::CapacityReached.as_str(),
+        errors: &[],
+        active_sessions: Some(active),
+        max_sessions: Some(max),
+    };
+    serde_json::to_string(&Envelope {
+        kind: "error",
+        data,
+    })
+    .expect("an error serialises")
 }
 
 /// What the gym reports for a turn, as the client sees it: the text, the
@@ -224,7 +253,11 @@ pub struct Observation {
 
 impl Observation {
     fn new(text: &str, turn: usize, info: Info) -> Self {
-        Observation { text: text.to_string(), turn, info }
+        Observation {
+            text: text.to_string(),
+            turn,
+            info,
+        }
     }
 }
 
@@ -261,11 +294,21 @@ pub struct Reply {
 
 impl Reply {
     fn data<T: Serialize>(kind: &str, data: T) -> Self {
-        Reply { text: Some(serde_json::to_string(&Envelope { kind, data }).expect("a reply serialises")), close: false, error: None }
+        Reply {
+            text: Some(
+                serde_json::to_string(&Envelope { kind, data }).expect("a reply serialises"),
+            ),
+            close: false,
+            error: None,
+        }
     }
 
     fn failure(failure: &Failure) -> Self {
-        Reply { text: Some(error_text(failure)), close: false, error: Some(failure.code) }
+        Reply {
+            text: Some(error_text(failure)),
+            close: false,
+            error: Some(failure.code),
+        }
     }
 }
 
@@ -307,7 +350,10 @@ pub struct Catalog {
 impl Catalog {
     pub fn new(gym: &Gym) -> Self {
         let tasks: Vec<Task> = gym.train.iter().chain(&gym.held_out).cloned().collect();
-        Catalog { tasks: Arc::new(tasks), train: gym.train.len() }
+        Catalog {
+            tasks: Arc::new(tasks),
+            train: gym.train.len(),
+        }
     }
 
     /// [`Gym::standard`]'s splits.
@@ -398,7 +444,10 @@ fn bump(counter: &AtomicU64) {
 
 impl Counters {
     fn error(&self, code: ErrorCode) {
-        let at = ErrorCode::ALL.iter().position(|c| *c == code).expect("a known code");
+        let at = ErrorCode::ALL
+            .iter()
+            .position(|c| *c == code)
+            .expect("a known code");
         bump(&self.errors[at]);
     }
 
@@ -420,7 +469,12 @@ impl Counters {
             timeouts: get(&self.timeouts),
             oversized: get(&self.oversized),
             disconnects_mid_episode: get(&self.disconnects_mid_episode),
-            errors: ErrorCode::ALL.iter().zip(&self.errors).map(|(c, n)| (c.as_str(), get(n))).filter(|(_, n)| *n > 0).collect(),
+            errors: ErrorCode::ALL
+                .iter()
+                .zip(&self.errors)
+                .map(|(c, n)| (c.as_str(), get(n)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
         }
     }
 }
@@ -438,7 +492,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_turns: MAX_TURNS, max_action_bytes: MAX_ACTION_BYTES }
+        Limits {
+            max_turns: MAX_TURNS,
+            max_action_bytes: MAX_ACTION_BYTES,
+        }
     }
 }
 
@@ -483,7 +540,11 @@ fn only_keys(message: &Map<String, Value>, allowed: &[&str], at: &[&str]) -> Res
     }
 }
 
-fn object<'a>(value: Option<&'a Value>, loc: &[&str], required: bool) -> Result<Option<&'a Map<String, Value>>, Failure> {
+fn object<'a>(
+    value: Option<&'a Value>,
+    loc: &[&str],
+    required: bool,
+) -> Result<Option<&'a Map<String, Value>>, Failure> {
     match value {
         None if required => Err(Failure::invalid(loc, "field required")),
         None | Some(Value::Null) if !required => Ok(None),
@@ -494,11 +555,18 @@ fn object<'a>(value: Option<&'a Value>, loc: &[&str], required: bool) -> Result<
 }
 
 fn whole(value: &Value, loc: &[&str]) -> Result<u64, Failure> {
-    value.as_u64().ok_or_else(|| Failure::invalid(loc, "must be an integer >= 0"))
+    value
+        .as_u64()
+        .ok_or_else(|| Failure::invalid(loc, "must be an integer >= 0"))
 }
 
 impl Session {
-    pub fn new(catalog: Arc<Catalog>, counters: Arc<Counters>, limits: Limits, number: u64) -> Self {
+    pub fn new(
+        catalog: Arc<Catalog>,
+        counters: Arc<Counters>,
+        limits: Limits,
+        number: u64,
+    ) -> Self {
         let env = catalog.env(limits.max_turns);
         Session {
             catalog,
@@ -540,14 +608,23 @@ impl Session {
     }
 
     fn dispatch(&mut self, text: &str) -> Result<Reply, Failure> {
-        let value: Value = serde_json::from_str(text).map_err(|err| Failure::new(ErrorCode::InvalidJson, format!("Invalid JSON: {err}")))?;
+        let value: Value = serde_json::from_str(text)
+            .map_err(|err| Failure::new(ErrorCode::InvalidJson, format!("Invalid JSON: {err}")))?;
         let Value::Object(message) = value else {
-            return Err(Failure::invalid(&[], "a message must be a JSON object with a \"type\""));
+            return Err(Failure::invalid(
+                &[],
+                "a message must be a JSON object with a \"type\"",
+            ));
         };
         let kind = match message.get("type") {
             Some(Value::String(kind)) => kind.as_str(),
             None => "",
-            Some(other) => return Err(Failure::new(ErrorCode::UnknownType, format!("Unknown message type: {other}"))),
+            Some(other) => {
+                return Err(Failure::new(
+                    ErrorCode::UnknownType,
+                    format!("Unknown message type: {other}"),
+                ))
+            }
         };
         match kind {
             "reset" => {
@@ -568,9 +645,16 @@ impl Session {
             }
             "close" => {
                 only_keys(&message, &["type"], &[])?;
-                Ok(Reply { text: None, close: true, error: None })
+                Ok(Reply {
+                    text: None,
+                    close: true,
+                    error: None,
+                })
             }
-            other => Err(Failure::new(ErrorCode::UnknownType, format!("Unknown message type: {other}"))),
+            other => Err(Failure::new(
+                ErrorCode::UnknownType,
+                format!("Unknown message type: {other}"),
+            )),
         }
     }
     // ANCHOR_END: handle
@@ -580,9 +664,12 @@ impl Session {
         let data = data.unwrap_or(&empty);
         let split = match data.get("split") {
             None | Some(Value::Null) => Split::Train,
-            Some(Value::String(name)) => {
-                Split::parse(name).ok_or_else(|| Failure::invalid(&["data", "split"], format!("unknown split {name:?}: use \"train\" or \"held_out\"")))?
-            }
+            Some(Value::String(name)) => Split::parse(name).ok_or_else(|| {
+                Failure::invalid(
+                    &["data", "split"],
+                    format!("unknown split {name:?}: use \"train\" or \"held_out\""),
+                )
+            })?,
             Some(_) => return Err(Failure::invalid(&["data", "split"], "must be a string")),
         };
         let seed = match data.get("seed") {
@@ -595,18 +682,41 @@ impl Session {
             Some(value) => {
                 let task = whole(value, &["data", "task"])?;
                 if task >= size as u64 {
-                    return Err(Failure::invalid(&["data", "task"], format!("no task {task} in split {}: it has tasks 0 to {}", split.name(), size - 1)));
+                    return Err(Failure::invalid(
+                        &["data", "task"],
+                        format!(
+                            "no task {task} in split {}: it has tasks 0 to {}",
+                            split.name(),
+                            size - 1
+                        ),
+                    ));
                 }
                 task as usize
             }
         };
         let episode_id = match data.get("episode_id") {
             None | Some(Value::Null) => None,
-            Some(Value::String(id)) if id.chars().count() <= MAX_EPISODE_ID_CHARS => Some(id.clone()),
-            Some(Value::String(_)) => return Err(Failure::invalid(&["data", "episode_id"], format!("longer than {MAX_EPISODE_ID_CHARS} characters"))),
-            Some(_) => return Err(Failure::invalid(&["data", "episode_id"], "must be a string")),
+            Some(Value::String(id)) if id.chars().count() <= MAX_EPISODE_ID_CHARS => {
+                Some(id.clone())
+            }
+            Some(Value::String(_)) => {
+                return Err(Failure::invalid(
+                    &["data", "episode_id"],
+                    format!("longer than {MAX_EPISODE_ID_CHARS} characters"),
+                ))
+            }
+            Some(_) => {
+                return Err(Failure::invalid(
+                    &["data", "episode_id"],
+                    "must be a string",
+                ))
+            }
         };
-        Ok(ResetArgs { split, task, episode_id })
+        Ok(ResetArgs {
+            split,
+            task,
+            episode_id,
+        })
     }
 
     /// The action text of a step's data (`message`, optional `metadata`).
@@ -617,7 +727,14 @@ impl Session {
         match data.get("message") {
             None => Err(Failure::invalid(&loc("message"), "field required")),
             Some(Value::String(text)) if text.len() > self.limits.max_action_bytes => {
-                Err(Failure::invalid(&loc("message"), format!("{} bytes, over the limit of {} bytes", text.len(), self.limits.max_action_bytes)))
+                Err(Failure::invalid(
+                    &loc("message"),
+                    format!(
+                        "{} bytes, over the limit of {} bytes",
+                        text.len(),
+                        self.limits.max_action_bytes
+                    ),
+                ))
             }
             Some(Value::String(text)) => Ok(text.clone()),
             Some(_) => Err(Failure::invalid(&loc("message"), "must be a string")),
@@ -627,19 +744,37 @@ impl Session {
     fn reset(&mut self, args: ResetArgs) -> StepData {
         let global = self.catalog.global(args.split, args.task).expect("checked");
         self.resets += 1;
-        let id = args.episode_id.unwrap_or_else(|| format!("{}-e{}", self.label, self.resets));
+        let id = args
+            .episode_id
+            .unwrap_or_else(|| format!("{}-e{}", self.label, self.resets));
         let prompt = self.env.reset(global);
-        self.episode = Some(Episode { id, split: args.split, index: args.task, steps: 0, done: false });
+        self.episode = Some(Episode {
+            id,
+            split: args.split,
+            index: args.task,
+            steps: 0,
+            done: false,
+        });
         bump(&self.counters.episodes_started);
-        StepData { observation: Observation::new(&prompt, 0, Info::default()), reward: None, done: false }
+        StepData {
+            observation: Observation::new(&prompt, 0, Info::default()),
+            reward: None,
+            done: false,
+        }
     }
 
     fn step(&mut self, action: &str) -> Result<StepData, Failure> {
         let Some(episode) = self.episode.as_mut() else {
-            return Err(Failure::new(ErrorCode::ExecutionError, "no episode: send reset before step"));
+            return Err(Failure::new(
+                ErrorCode::ExecutionError,
+                "no episode: send reset before step",
+            ));
         };
         if episode.done {
-            return Err(Failure::new(ErrorCode::ExecutionError, "the episode is over: send reset to start another"));
+            return Err(Failure::new(
+                ErrorCode::ExecutionError,
+                "the episode is over: send reset to start another",
+            ));
         }
         #[cfg(test)]
         if self.fault {
@@ -652,12 +787,24 @@ impl Session {
         if step.done {
             bump(&self.counters.episodes_completed);
         }
-        Ok(StepData { observation: Observation::new(&step.observation, self.env.turn(), step.info), reward: Some(step.reward), done: step.done })
+        Ok(StepData {
+            observation: Observation::new(&step.observation, self.env.turn(), step.info),
+            reward: Some(step.reward),
+            done: step.done,
+        })
     }
 
     pub fn state(&self) -> StateData {
         match &self.episode {
-            None => StateData { episode_id: None, step_count: 0, task: None, split: None, task_id: None, done: false, max_turns: self.limits.max_turns },
+            None => StateData {
+                episode_id: None,
+                step_count: 0,
+                task: None,
+                split: None,
+                task_id: None,
+                done: false,
+                max_turns: self.limits.max_turns,
+            },
             Some(e) => StateData {
                 episode_id: Some(e.id.clone()),
                 step_count: e.steps,
@@ -702,11 +849,16 @@ impl Drop for Ticket {
 
 impl SessionTable {
     pub fn new(max: usize) -> Arc<Self> {
-        Arc::new(SessionTable { max, inner: Mutex::new(TableInner::default()) })
+        Arc::new(SessionTable {
+            max,
+            inner: Mutex::new(TableInner::default()),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, TableInner> {
-        self.inner.lock().unwrap_or_else(|poison| poison.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
     }
 
     pub fn max(&self) -> usize {
@@ -726,7 +878,10 @@ impl SessionTable {
         inner.next += 1;
         let number = inner.next;
         inner.open.insert(number, Instant::now());
-        Ok(Ticket { table: self.clone(), number })
+        Ok(Ticket {
+            table: self.clone(),
+            number,
+        })
     }
 }
 
@@ -782,7 +937,10 @@ pub struct HttpReply {
 
 impl HttpReply {
     fn json(status: u16, body: &Value) -> Self {
-        HttpReply { status, body: body.to_string() }
+        HttpReply {
+            status,
+            body: body.to_string(),
+        }
     }
 
     fn error(status: u16, code: &str, detail: impl Into<String>) -> Self {
@@ -793,7 +951,13 @@ impl HttpReply {
 impl Service {
     pub fn new(config: Config, catalog: Arc<Catalog>) -> Self {
         let table = SessionTable::new(config.max_sessions);
-        Service { config, catalog, table, counters: Arc::new(Counters::default()), http_sessions: AtomicU64::new(0) }
+        Service {
+            config,
+            catalog,
+            table,
+            counters: Arc::new(Counters::default()),
+            http_sessions: AtomicU64::new(0),
+        }
     }
 
     /// A session for a WebSocket connection, or the `CAPACITY_REACHED` reply.
@@ -801,7 +965,12 @@ impl Service {
         match self.table.open() {
             Ok(ticket) => {
                 bump(&self.counters.sessions_opened);
-                let session = Session::new(self.catalog.clone(), self.counters.clone(), self.config.limits, ticket.number);
+                let session = Session::new(
+                    self.catalog.clone(),
+                    self.counters.clone(),
+                    self.config.limits,
+                    ticket.number,
+                );
                 Ok((ticket, session))
             }
             Err((active, max)) => {
@@ -818,7 +987,12 @@ impl Service {
 
     fn fresh(&self) -> Session {
         let number = self.http_sessions.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut session = Session::new(self.catalog.clone(), self.counters.clone(), self.config.limits, number);
+        let mut session = Session::new(
+            self.catalog.clone(),
+            self.counters.clone(),
+            self.config.limits,
+            number,
+        );
         // HTTP sessions are named apart from the WebSocket ones: "h1", "h2", ...
         session.label = format!("h{number}");
         session
@@ -915,15 +1089,31 @@ impl Service {
             ("GET", "/health") => HttpReply::json(200, &json!({"status": "healthy"})),
             ("GET", "/metadata") => HttpReply::json(200, &self.metadata()),
             ("GET", "/schema") => HttpReply::json(200, &self.schema()),
-            ("GET", "/stats") => HttpReply::json(200, &serde_json::to_value(self.stats()).expect("stats serialise")),
-            ("GET", "/state") => HttpReply::json(200, &serde_json::to_value(self.fresh().state()).expect("state serialises")),
+            ("GET", "/stats") => HttpReply::json(
+                200,
+                &serde_json::to_value(self.stats()).expect("stats serialise"),
+            ),
+            ("GET", "/state") => HttpReply::json(
+                200,
+                &serde_json::to_value(self.fresh().state()).expect("state serialises"),
+            ),
             ("POST", "/reset") => self.http_reset(body),
             ("POST", "/step") => self.http_step(body),
-            ("GET", "/ws") => HttpReply::error(426, ErrorCode::SessionError.as_str(), "/ws is a WebSocket endpoint: send an Upgrade: websocket request"),
-            (_, path) if ROUTES.iter().any(|(_, p)| *p == path) => {
-                HttpReply::error(405, ErrorCode::ValidationError.as_str(), format!("method {method} not allowed on {path}"))
-            }
-            (_, path) => HttpReply::error(404, ErrorCode::UnknownType.as_str(), format!("no route {path}")),
+            ("GET", "/ws") => HttpReply::error(
+                426,
+                ErrorCode::SessionError.as_str(),
+                "/ws is a WebSocket endpoint: send an Upgrade: websocket request",
+            ),
+            (_, path) if ROUTES.iter().any(|(_, p)| *p == path) => HttpReply::error(
+                405,
+                ErrorCode::ValidationError.as_str(),
+                format!("method {method} not allowed on {path}"),
+            ),
+            (_, path) => HttpReply::error(
+                404,
+                ErrorCode::UnknownType.as_str(),
+                format!("no route {path}"),
+            ),
         }
     }
 
@@ -931,11 +1121,19 @@ impl Service {
         if body.iter().all(|b| b.is_ascii_whitespace()) {
             return Ok(None);
         }
-        let text = std::str::from_utf8(body).map_err(|_| Failure::new(ErrorCode::InvalidJson, "Invalid JSON: the body is not UTF-8"))?;
+        let text = std::str::from_utf8(body).map_err(|_| {
+            Failure::new(
+                ErrorCode::InvalidJson,
+                "Invalid JSON: the body is not UTF-8",
+            )
+        })?;
         match serde_json::from_str(text) {
             Ok(Value::Object(map)) => Ok(Some(map)),
             Ok(_) => Err(Failure::invalid(&["body"], "must be a JSON object")),
-            Err(err) => Err(Failure::new(ErrorCode::InvalidJson, format!("Invalid JSON: {err}"))),
+            Err(err) => Err(Failure::new(
+                ErrorCode::InvalidJson,
+                format!("Invalid JSON: {err}"),
+            )),
         }
     }
 
@@ -970,7 +1168,10 @@ impl Service {
             Ok(None) => session.reset_args(None).expect("the defaults are valid"),
             Err(failure) => return self.http_failure(&failure),
         };
-        HttpReply::json(200, &serde_json::to_value(session.reset(args)).expect("a step serialises"))
+        HttpReply::json(
+            200,
+            &serde_json::to_value(session.reset(args)).expect("a step serialises"),
+        )
     }
 
     /// `POST /step`: validates OpenEnv's `StepRequest` (`action`, optional
@@ -1071,14 +1272,25 @@ pub fn serve(addr: impl ToSocketAddrs, config: Config) -> io::Result<ServerHandl
 }
 
 /// Serve `catalog`'s tasks on `addr`.
-pub fn serve_catalog(addr: impl ToSocketAddrs, config: Config, catalog: Arc<Catalog>) -> io::Result<ServerHandle> {
+pub fn serve_catalog(
+    addr: impl ToSocketAddrs,
+    config: Config,
+    catalog: Arc<Catalog>,
+) -> io::Result<ServerHandle> {
     let listener = TcpListener::bind(addr)?;
     let addr = listener.local_addr()?;
     let service = Arc::new(Service::new(config, catalog));
     let stop = Arc::new(AtomicBool::new(false));
     let (service2, stop2) = (service.clone(), stop.clone());
-    let accept = std::thread::Builder::new().name("gym-accept".into()).spawn(move || accept_loop(listener, service2, stop2))?;
-    Ok(ServerHandle { addr, service, stop, accept: Some(accept) })
+    let accept = std::thread::Builder::new()
+        .name("gym-accept".into())
+        .spawn(move || accept_loop(listener, service2, stop2))?;
+    Ok(ServerHandle {
+        addr,
+        service,
+        stop,
+        accept: Some(accept),
+    })
 }
 
 /// One open connection; dropping it (even while a panic unwinds) gives the place back.
@@ -1101,7 +1313,14 @@ fn accept_loop(listener: TcpListener, service: Arc<Service>, stop: Arc<AtomicBoo
         if open.load(Ordering::SeqCst) >= service.config.max_connections {
             bump(&service.counters.refused_connections);
             let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-            let _ = write_http(&mut stream, &HttpReply::error(503, ErrorCode::CapacityReached.as_str(), "too many connections"));
+            let _ = write_http(
+                &mut stream,
+                &HttpReply::error(
+                    503,
+                    ErrorCode::CapacityReached.as_str(),
+                    "too many connections",
+                ),
+            );
             // Take what already arrived, without waiting, so that closing is less
             // likely to reset the connection before the client reads the 503.
             let _ = stream.shutdown(Shutdown::Write);
@@ -1113,10 +1332,12 @@ fn accept_loop(listener: TcpListener, service: Arc<Service>, stop: Arc<AtomicBoo
         open.fetch_add(1, Ordering::SeqCst);
         let (service, slot) = (service.clone(), Slot(open.clone()));
         // If the thread cannot start, the closure (and the slot) is dropped unanswered.
-        let _ = std::thread::Builder::new().name("gym-conn".into()).spawn(move || {
-            let _slot = slot;
-            connection(stream, &service);
-        });
+        let _ = std::thread::Builder::new()
+            .name("gym-conn".into())
+            .spawn(move || {
+                let _slot = slot;
+                connection(stream, &service);
+            });
     }
 }
 
@@ -1151,7 +1372,10 @@ fn write_http(stream: &mut TcpStream, reply: &HttpReply) -> io::Result<()> {
 }
 
 fn is_timeout(err: &io::Error) -> bool {
-    matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+    matches!(
+        err.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 /// Read and discard what the peer still sends (bounded), so that closing the
@@ -1224,13 +1448,27 @@ fn connection(mut stream: TcpStream, service: &Service) {
         Head::TooLarge => {
             bump(&service.counters.oversized);
             bump(&service.counters.http_errors);
-            return answer(&mut stream, HttpReply::error(431, ErrorCode::ValidationError.as_str(), format!("request head over {MAX_HEAD_BYTES} bytes")));
+            return answer(
+                &mut stream,
+                HttpReply::error(
+                    431,
+                    ErrorCode::ValidationError.as_str(),
+                    format!("request head over {MAX_HEAD_BYTES} bytes"),
+                ),
+            );
         }
         Head::TimedOut => {
             bump(&service.counters.timeouts);
             bump(&service.counters.http_errors);
             let secs = service.config.request_timeout.as_secs_f64();
-            return answer(&mut stream, HttpReply::error(408, ErrorCode::SessionError.as_str(), format!("no complete request within {secs} s")));
+            return answer(
+                &mut stream,
+                HttpReply::error(
+                    408,
+                    ErrorCode::SessionError.as_str(),
+                    format!("no complete request within {secs} s"),
+                ),
+            );
         }
         Head::Closed => return,
     };
@@ -1238,17 +1476,37 @@ fn connection(mut stream: TcpStream, service: &Service) {
     let mut request = httparse::Request::new(&mut headers);
     if !matches!(request.parse(&head), Ok(httparse::Status::Complete(_))) {
         bump(&service.counters.http_errors);
-        return answer(&mut stream, HttpReply::error(400, ErrorCode::ValidationError.as_str(), "malformed HTTP request"));
+        return answer(
+            &mut stream,
+            HttpReply::error(
+                400,
+                ErrorCode::ValidationError.as_str(),
+                "malformed HTTP request",
+            ),
+        );
     }
     let method = request.method.unwrap_or("").to_string();
     let target = request.path.unwrap_or("/");
     let path = target.split('?').next().unwrap_or("/").to_string();
-    let header = |name: &str| request.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| String::from_utf8_lossy(h.value).trim().to_string());
+    let header = |name: &str| {
+        request
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| String::from_utf8_lossy(h.value).trim().to_string())
+    };
     let upgrade = header("upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
     if path == "/ws" && method == "GET" && upgrade {
         let Some(key) = header("sec-websocket-key") else {
             bump(&service.counters.http_errors);
-            return answer(&mut stream, HttpReply::error(400, ErrorCode::ValidationError.as_str(), "missing Sec-WebSocket-Key"));
+            return answer(
+                &mut stream,
+                HttpReply::error(
+                    400,
+                    ErrorCode::ValidationError.as_str(),
+                    "missing Sec-WebSocket-Key",
+                ),
+            );
         };
         let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
         let response = format!("HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {accept}\r\n\r\n");
@@ -1259,14 +1517,28 @@ fn connection(mut stream: TcpStream, service: &Service) {
     }
     if header("transfer-encoding").is_some() {
         bump(&service.counters.http_errors);
-        return answer(&mut stream, HttpReply::error(411, ErrorCode::ValidationError.as_str(), "send the body with a Content-Length, not chunked"));
+        return answer(
+            &mut stream,
+            HttpReply::error(
+                411,
+                ErrorCode::ValidationError.as_str(),
+                "send the body with a Content-Length, not chunked",
+            ),
+        );
     }
     let length = match header("content-length").map(|v| v.parse::<usize>()) {
         None => 0,
         Some(Ok(n)) => n,
         Some(Err(_)) => {
             bump(&service.counters.http_errors);
-            return answer(&mut stream, HttpReply::error(400, ErrorCode::ValidationError.as_str(), "bad Content-Length"));
+            return answer(
+                &mut stream,
+                HttpReply::error(
+                    400,
+                    ErrorCode::ValidationError.as_str(),
+                    "bad Content-Length",
+                ),
+            );
         }
     };
     if length > MAX_BODY_BYTES {
@@ -1274,7 +1546,11 @@ fn connection(mut stream: TcpStream, service: &Service) {
         bump(&service.counters.http_errors);
         return answer(
             &mut stream,
-            HttpReply::error(413, ErrorCode::ValidationError.as_str(), format!("body of {length} bytes, over the limit of {MAX_BODY_BYTES} bytes")),
+            HttpReply::error(
+                413,
+                ErrorCode::ValidationError.as_str(),
+                format!("body of {length} bytes, over the limit of {MAX_BODY_BYTES} bytes"),
+            ),
         );
     }
     let mut chunk = [0u8; 8192];
@@ -1286,7 +1562,14 @@ fn connection(mut stream: TcpStream, service: &Service) {
             Err(err) if is_timeout(&err) => {
                 bump(&service.counters.timeouts);
                 bump(&service.counters.http_errors);
-                return answer(&mut stream, HttpReply::error(408, ErrorCode::SessionError.as_str(), "the body did not arrive in time"));
+                return answer(
+                    &mut stream,
+                    HttpReply::error(
+                        408,
+                        ErrorCode::SessionError.as_str(),
+                        "the body did not arrive in time",
+                    ),
+                );
             }
             Err(_) => return,
         }
@@ -1298,9 +1581,14 @@ fn connection(mut stream: TcpStream, service: &Service) {
 
 /// Close a WebSocket with `code` and a reason, then wait (bounded) for the peer.
 fn close_with(socket: &mut WebSocket<TcpStream>, code: CloseCode, why: &str) {
-    let _ = socket.close(Some(CloseFrame { code, reason: why.to_string().into() }));
+    let _ = socket.close(Some(CloseFrame {
+        code,
+        reason: why.to_string().into(),
+    }));
     let _ = socket.flush();
-    let _ = socket.get_mut().set_read_timeout(Some(Duration::from_millis(500)));
+    let _ = socket
+        .get_mut()
+        .set_read_timeout(Some(Duration::from_millis(500)));
     for _ in 0..16 {
         if socket.read().is_err() {
             break;
@@ -1309,8 +1597,11 @@ fn close_with(socket: &mut WebSocket<TcpStream>, code: CloseCode, why: &str) {
 }
 
 fn websocket(stream: TcpStream, already_read: Vec<u8>, service: &Service) {
-    let config = WebSocketConfig::default().max_message_size(Some(MAX_BODY_BYTES)).max_frame_size(Some(MAX_BODY_BYTES));
-    let mut socket = WebSocket::from_partially_read(stream, already_read, Role::Server, Some(config));
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_BODY_BYTES))
+        .max_frame_size(Some(MAX_BODY_BYTES));
+    let mut socket =
+        WebSocket::from_partially_read(stream, already_read, Role::Server, Some(config));
     let (ticket, mut session) = match service.open() {
         Ok(opened) => opened,
         Err(refusal) => {
@@ -1321,13 +1612,17 @@ fn websocket(stream: TcpStream, already_read: Vec<u8>, service: &Service) {
             return;
         }
     };
-    let _ = socket.get_mut().set_read_timeout(Some(service.config.idle_timeout));
+    let _ = socket
+        .get_mut()
+        .set_read_timeout(Some(service.config.idle_timeout));
     let how = loop {
         match socket.read() {
             Ok(Message::Text(text)) => {
                 let reply = session.handle(text.as_str());
                 if let (Some(code), Some(text)) = (reply.error, &reply.text) {
-                    log(service, || format!("session {}: {} {text}", ticket.number, code.as_str()));
+                    log(service, || {
+                        format!("session {}: {} {text}", ticket.number, code.as_str())
+                    });
                 }
                 if let Some(text) = reply.text {
                     if socket.send(Message::text(text)).is_err() {
@@ -1340,7 +1635,8 @@ fn websocket(stream: TcpStream, already_read: Vec<u8>, service: &Service) {
                 }
             }
             Ok(Message::Binary(_)) => {
-                let failure = Failure::invalid(&[], "binary frames are not accepted: send JSON text");
+                let failure =
+                    Failure::invalid(&[], "binary frames are not accepted: send JSON text");
                 service.counters.error(failure.code);
                 if socket.send(Message::text(error_text(&failure))).is_err() {
                     break "write failed";
@@ -1353,7 +1649,10 @@ fn websocket(stream: TcpStream, already_read: Vec<u8>, service: &Service) {
             Ok(_) => {} // pings are answered by tungstenite; pongs need nothing
             Err(tungstenite::Error::Capacity(err)) => {
                 bump(&service.counters.oversized);
-                let failure = Failure::invalid(&[], format!("message over the limit of {MAX_BODY_BYTES} bytes ({err})"));
+                let failure = Failure::invalid(
+                    &[],
+                    format!("message over the limit of {MAX_BODY_BYTES} bytes ({err})"),
+                );
                 service.counters.error(failure.code);
                 let _ = socket.send(Message::text(error_text(&failure)));
                 close_with(&mut socket, CloseCode::Size, "message too big");
@@ -1363,9 +1662,14 @@ fn websocket(stream: TcpStream, already_read: Vec<u8>, service: &Service) {
             Err(tungstenite::Error::Io(err)) if is_timeout(&err) => {
                 bump(&service.counters.timeouts);
                 let secs = service.config.idle_timeout.as_secs_f64();
-                let failure = Failure::new(ErrorCode::SessionError, format!("no message for {secs} s: closing the session"));
+                let failure = Failure::new(
+                    ErrorCode::SessionError,
+                    format!("no message for {secs} s: closing the session"),
+                );
                 service.counters.error(failure.code);
-                let _ = socket.get_mut().set_write_timeout(Some(Duration::from_secs(1)));
+                let _ = socket
+                    .get_mut()
+                    .set_write_timeout(Some(Duration::from_secs(1)));
                 let _ = socket.send(Message::text(error_text(&failure)));
                 close_with(&mut socket, CloseCode::Away, "idle");
                 break "idle";
@@ -1376,7 +1680,13 @@ fn websocket(stream: TcpStream, already_read: Vec<u8>, service: &Service) {
     if session.in_episode() {
         bump(&service.counters.disconnects_mid_episode);
     }
-    log(service, || format!("session {} ended ({how}); {} open", ticket.number, service.table.active() - 1));
+    log(service, || {
+        format!(
+            "session {} ended ({how}); {} open",
+            ticket.number,
+            service.table.active() - 1
+        )
+    });
     drop(ticket);
 }
 
@@ -1391,16 +1701,22 @@ pub struct Client {
 
 impl Client {
     pub fn connect(addr: SocketAddr) -> Result<Client, String> {
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| format!("connect {addr}: {e}"))?;
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+            .map_err(|e| format!("connect {addr}: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        stream.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
-        let (socket, _) = tungstenite::client(format!("ws://{addr}/ws"), stream).map_err(|e| format!("handshake: {e}"))?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(|e| e.to_string())?;
+        let (socket, _) = tungstenite::client(format!("ws://{addr}/ws"), stream)
+            .map_err(|e| format!("handshake: {e}"))?;
         Ok(Client { socket })
     }
 
     /// Send one text message and read the reply as JSON.
     pub fn call(&mut self, text: &str) -> Result<Value, String> {
-        self.socket.send(Message::text(text)).map_err(|e| format!("send: {e}"))?;
+        self.socket
+            .send(Message::text(text))
+            .map_err(|e| format!("send: {e}"))?;
         self.receive()
     }
 
@@ -1408,7 +1724,10 @@ impl Client {
     pub fn receive(&mut self) -> Result<Value, String> {
         loop {
             match self.socket.read().map_err(|e| format!("read: {e}"))? {
-                Message::Text(text) => return serde_json::from_str(text.as_str()).map_err(|e| format!("reply is not JSON: {e}")),
+                Message::Text(text) => {
+                    return serde_json::from_str(text.as_str())
+                        .map_err(|e| format!("reply is not JSON: {e}"))
+                }
                 Message::Close(frame) => return Err(format!("closed by the server: {frame:?}")),
                 _ => {}
             }
@@ -1487,7 +1806,13 @@ fn load_task(client: usize, episode: usize, tasks: usize) -> usize {
 /// One load client: `episodes` episodes, the oracle on even ones and a seeded
 /// random policy on odd ones; every step is also played on a local
 /// `BugFixEnv`, and the two must agree.
-fn load_client(addr: SocketAddr, catalog: &Catalog, client: usize, episodes: usize, seed: u64) -> ClientTally {
+fn load_client(
+    addr: SocketAddr,
+    catalog: &Catalog,
+    client: usize,
+    episodes: usize,
+    seed: u64,
+) -> ClientTally {
     let mut tally = ClientTally::default();
     let mut socket = match Client::connect(addr) {
         Ok(socket) => socket,
@@ -1496,14 +1821,18 @@ fn load_client(addr: SocketAddr, catalog: &Catalog, client: usize, episodes: usi
             return tally;
         }
     };
-    let train: Vec<Task> = (0..catalog.len(Split::Train)).filter_map(|i| catalog.task(Split::Train, i).cloned()).collect();
+    let train: Vec<Task> = (0..catalog.len(Split::Train))
+        .filter_map(|i| catalog.task(Split::Train, i).cloned())
+        .collect();
     let mut local = BugFixEnv::new(train, MAX_TURNS);
     let mut random = RandomPolicy::new(seed.wrapping_add(client as u64));
     let mut oracle = Oracle;
     'episodes: for episode in 0..episodes {
         let task = load_task(client, episode, local.tasks().len());
         let mut observation = local.reset(task).to_string();
-        let reply = match socket.call(&json!({"type": "reset", "data": {"task": task, "split": "train"}}).to_string()) {
+        let reply = match socket
+            .call(&json!({"type": "reset", "data": {"task": task, "split": "train"}}).to_string())
+        {
             Ok(reply) => reply,
             Err(_) => {
                 tally.errors += 1;
@@ -1519,7 +1848,11 @@ fn load_client(addr: SocketAddr, catalog: &Catalog, client: usize, episodes: usi
             tally.mismatches += 1;
         }
         loop {
-            let policy: &mut dyn Policy = if episode % 2 == 0 { &mut oracle } else { &mut random };
+            let policy: &mut dyn Policy = if episode % 2 == 0 {
+                &mut oracle
+            } else {
+                &mut random
+            };
             let action = policy.act(&local, &observation, local.turn());
             let expected = local.step(&action);
             let message = json!({"type": "step", "data": {"message": action}}).to_string();
@@ -1538,7 +1871,10 @@ fn load_client(addr: SocketAddr, catalog: &Catalog, client: usize, episodes: usi
             let data = &reply["data"];
             let reward = data["reward"].as_f64();
             let done = data["done"].as_bool();
-            if data["observation"]["text"] != *expected.observation || reward != Some(expected.reward) || done != Some(expected.done) {
+            if data["observation"]["text"] != *expected.observation
+                || reward != Some(expected.reward)
+                || done != Some(expected.done)
+            {
                 tally.mismatches += 1;
             }
             observation = expected.observation.to_string();
@@ -1565,10 +1901,21 @@ pub fn run_load(addr: SocketAddr, clients: usize, episodes: usize, seed: u64) ->
                 scope.spawn(move || load_client(addr, &catalog, c, episodes, seed))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| ClientTally { errors: 1, ..ClientTally::default() })).collect()
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| ClientTally {
+                    errors: 1,
+                    ..ClientTally::default()
+                })
+            })
+            .collect()
     });
     let seconds = start.elapsed().as_secs_f64();
-    let latencies: Vec<Duration> = tallies.iter().flat_map(|t| t.latencies.iter().copied()).collect();
+    let latencies: Vec<Duration> = tallies
+        .iter()
+        .flat_map(|t| t.latencies.iter().copied())
+        .collect();
     let latencies: Vec<f64> = latencies.iter().map(|d| d.as_secs_f64() * 1000.0).collect(); // ms
     let steps: usize = tallies.iter().map(|t| t.steps).sum();
     LoadReport {
@@ -1591,7 +1938,11 @@ pub fn run_load(addr: SocketAddr, clients: usize, episodes: usize, seed: u64) ->
 
 /// Start a server on a free loopback port, run the load against it, stop it.
 pub fn demo_load(clients: usize, episodes: usize) -> LoadReport {
-    let config = Config { max_sessions: clients.max(1), max_connections: clients.max(1) + 8, ..Config::default() };
+    let config = Config {
+        max_sessions: clients.max(1),
+        max_connections: clients.max(1) + 8,
+        ..Config::default()
+    };
     let server = serve("127.0.0.1:0", config).expect("a loopback port");
     let report = run_load(server.addr(), clients, episodes, 0);
     server.stop();
@@ -1618,11 +1969,17 @@ pub fn demo_exchange() -> Vec<Exchange> {
         r#"{"type":"step","data":{"mesage":"<call> submit </call>"}}"#,
     ];
     for request in requests {
-        exchanges.push(Exchange { request: request.into(), reply: session.handle(request).text.unwrap_or_default() });
+        exchanges.push(Exchange {
+            request: request.into(),
+            reply: session.handle(request).text.unwrap_or_default(),
+        });
     }
     let (_second, mut fresh) = service.open().expect("room for two");
     let request = r#"{"type":"step","data":{"message":"<call> read </call>"}}"#;
-    exchanges.push(Exchange { request: request.into(), reply: fresh.handle(request).text.unwrap_or_default() });
+    exchanges.push(Exchange {
+        request: request.into(),
+        reply: fresh.handle(request).text.unwrap_or_default(),
+    });
     exchanges
 }
 
@@ -1634,11 +1991,22 @@ mod tests {
     static CATALOG: LazyLock<Arc<Catalog>> = LazyLock::new(|| Arc::new(Catalog::standard()));
 
     fn service(max_sessions: usize) -> Service {
-        Service::new(Config { max_sessions, ..Config::default() }, CATALOG.clone())
+        Service::new(
+            Config {
+                max_sessions,
+                ..Config::default()
+            },
+            CATALOG.clone(),
+        )
     }
 
     fn session() -> Session {
-        Session::new(CATALOG.clone(), Arc::new(Counters::default()), Limits::default(), 1)
+        Session::new(
+            CATALOG.clone(),
+            Arc::new(Counters::default()),
+            Limits::default(),
+            1,
+        )
     }
 
     fn send(session: &mut Session, message: &Value) -> Value {
@@ -1651,13 +2019,21 @@ mod tests {
     }
 
     fn step(session: &mut Session, message: &str) -> Value {
-        send(session, &json!({"type": "step", "data": {"message": message}}))
+        send(
+            session,
+            &json!({"type": "step", "data": {"message": message}}),
+        )
     }
 
     /// The error code of a reply (panics if the reply is not an error).
     fn code(reply: &Value) -> &str {
         assert_eq!(reply["type"], "error", "{reply}");
-        assert!(reply["data"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{reply}");
+        assert!(
+            reply["data"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{reply}"
+        );
         reply["data"]["code"].as_str().unwrap()
     }
 
@@ -1678,8 +2054,14 @@ mod tests {
         let first = reset(&mut s, json!({"task": 0, "split": "train"}));
         assert_eq!(first["type"], "observation");
         let data = &first["data"];
-        assert_eq!((data["reward"].clone(), data["done"].clone()), (Value::Null, json!(false)));
-        assert_eq!(data["observation"]["text"], crate::gym::task_zero().prompt());
+        assert_eq!(
+            (data["reward"].clone(), data["done"].clone()),
+            (Value::Null, json!(false))
+        );
+        assert_eq!(
+            data["observation"]["text"],
+            crate::gym::task_zero().prompt()
+        );
         assert_eq!(data["observation"]["turn"], 0);
         let messages = oracle_messages(&crate::gym::task_zero());
         let mut last = Value::Null;
@@ -1691,7 +2073,14 @@ mod tests {
         assert_eq!(last["data"]["reward"], 1.0);
         assert_eq!(last["data"]["done"], true);
         let o = &last["data"]["observation"];
-        assert_eq!((o["submitted"].clone(), o["hidden_pass"].clone(), o["hacked"].clone()), (json!(true), json!(true), json!(false)));
+        assert_eq!(
+            (
+                o["submitted"].clone(),
+                o["hidden_pass"].clone(),
+                o["hacked"].clone()
+            ),
+            (json!(true), json!(true), json!(false))
+        );
         let state = send(&mut s, &json!({"type": "state"}));
         assert_eq!(state["type"], "state");
         assert_eq!(state["data"]["step_count"], 5);
@@ -1706,8 +2095,12 @@ mod tests {
     fn replies_have_the_openenv_shapes() {
         let mut s = session();
         let reply = s.handle(r#"{"type":"reset","data":{}}"#).text.unwrap();
-        assert!(reply.starts_with(r#"{"type":"observation","data":{"observation":{"text":"#), "{reply}");
-        let before: Value = serde_json::from_str(&session().handle(r#"{"type":"state"}"#).text.unwrap()).unwrap();
+        assert!(
+            reply.starts_with(r#"{"type":"observation","data":{"observation":{"text":"#),
+            "{reply}"
+        );
+        let before: Value =
+            serde_json::from_str(&session().handle(r#"{"type":"state"}"#).text.unwrap()).unwrap();
         assert_eq!(
             before,
             json!({"type": "state", "data": {"episode_id": null, "step_count": 0, "task": null, "split": null, "task_id": null, "done": false, "max_turns": MAX_TURNS}})
@@ -1719,20 +2112,36 @@ mod tests {
     #[test]
     fn reset_data_picks_split_task_seed_and_episode_id() {
         let mut s = session();
-        let held = reset(&mut s, json!({"task": 3, "split": "held_out", "episode_id": "mine"}));
-        assert_eq!(held["data"]["observation"]["text"], CATALOG.task(Split::HeldOut, 3).unwrap().prompt());
+        let held = reset(
+            &mut s,
+            json!({"task": 3, "split": "held_out", "episode_id": "mine"}),
+        );
+        assert_eq!(
+            held["data"]["observation"]["text"],
+            CATALOG.task(Split::HeldOut, 3).unwrap().prompt()
+        );
         let state = send(&mut s, &json!({"type": "state"}));
         assert_eq!(
-            (state["data"]["episode_id"].clone(), state["data"]["split"].clone(), state["data"]["task"].clone()),
+            (
+                state["data"]["episode_id"].clone(),
+                state["data"]["split"].clone(),
+                state["data"]["task"].clone()
+            ),
             (json!("mine"), json!("held_out"), json!(3))
         );
         let n = CATALOG.len(Split::Train) as u64;
         let seeded = reset(&mut s, json!({"seed": n + 5}));
-        assert_eq!(seeded["data"]["observation"]["text"], CATALOG.task(Split::Train, 5).unwrap().prompt());
+        assert_eq!(
+            seeded["data"]["observation"]["text"],
+            CATALOG.task(Split::Train, 5).unwrap().prompt()
+        );
         // OpenEnv passes reset data the environment does not take; it is ignored.
         let extra = reset(&mut s, json!({"task": 1, "unknown": [1, 2]}));
         assert_eq!(extra["type"], "observation");
-        assert_eq!(send(&mut s, &json!({"type": "state"}))["data"]["episode_id"], "s1-e3");
+        assert_eq!(
+            send(&mut s, &json!({"type": "state"}))["data"]["episode_id"],
+            "s1-e3"
+        );
     }
 
     /// Every malformed message gets its error code, and the session goes on.
@@ -1752,25 +2161,76 @@ mod tests {
             (r#"{"type":7}"#.into(), "UNKNOWN_TYPE"),
             (r#"{"type":"mcp","data":{}}"#.into(), "UNKNOWN_TYPE"),
             (r#"{"type":"reset","data":[]}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"reset","data":{},"extra":1}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"reset","data":{"task":-1}}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"reset","data":{"task":1.5}}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"reset","data":{"task":"0"}}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"reset","data":{"task":100000}}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"reset","data":{"task":40,"split":"held_out"}}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"reset","data":{"split":"test"}}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"reset","data":{"split":1}}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"reset","data":{"seed":-3}}"#.into(), "VALIDATION_ERROR"),
-            (format!(r#"{{"type":"reset","data":{{"episode_id":"{long_id}"}}}}"#), "VALIDATION_ERROR"),
-            (r#"{"type":"reset","data":{"episode_id":5}}"#.into(), "VALIDATION_ERROR"),
+            (
+                r#"{"type":"reset","data":{},"extra":1}"#.into(),
+                "VALIDATION_ERROR",
+            ),
+            (
+                r#"{"type":"reset","data":{"task":-1}}"#.into(),
+                "VALIDATION_ERROR",
+            ),
+            (
+                r#"{"type":"reset","data":{"task":1.5}}"#.into(),
+                "VALIDATION_ERROR",
+            ),
+            (
+                r#"{"type":"reset","data":{"task":"0"}}"#.into(),
+                "VALIDATION_ERROR",
+            ),
+            (
+                r#"{"type":"reset","data":{"task":100000}}"#.into(),
+                "VALIDATION_ERROR",
+            ),
+            (
+                r#"{"type":"reset","data":{"task":40,"split":"held_out"}}"#.into(),
+                "VALIDATION_ERROR",
+            ),
+            (
+                r#"{"type":"reset","data":{"split":"test"}}"#.into(),
+                "VALIDATION_ERROR",
+            ),
+            (
+                r#"{"type":"reset","data":{"split":1}}"#.into(),
+                "VALIDATION_ERROR",
+            ),
+            (
+                r#"{"type":"reset","data":{"seed":-3}}"#.into(),
+                "VALIDATION_ERROR",
+            ),
+            (
+                format!(r#"{{"type":"reset","data":{{"episode_id":"{long_id}"}}}}"#),
+                "VALIDATION_ERROR",
+            ),
+            (
+                r#"{"type":"reset","data":{"episode_id":5}}"#.into(),
+                "VALIDATION_ERROR",
+            ),
             (r#"{"type":"step"}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"step","data":"<call> read </call>"}"#.into(), "VALIDATION_ERROR"),
+            (
+                r#"{"type":"step","data":"<call> read </call>"}"#.into(),
+                "VALIDATION_ERROR",
+            ),
             (r#"{"type":"step","data":{}}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"step","data":{"message":3}}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"step","data":{"message":null}}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"step","data":{"message":"<call> read </call>","tool":"x"}}"#.into(), "VALIDATION_ERROR"),
-            (r#"{"type":"step","data":{"message":"<call> read </call>","metadata":1}}"#.into(), "VALIDATION_ERROR"),
-            (format!(r#"{{"type":"step","data":{{"message":"{long}"}}}}"#), "VALIDATION_ERROR"),
+            (
+                r#"{"type":"step","data":{"message":3}}"#.into(),
+                "VALIDATION_ERROR",
+            ),
+            (
+                r#"{"type":"step","data":{"message":null}}"#.into(),
+                "VALIDATION_ERROR",
+            ),
+            (
+                r#"{"type":"step","data":{"message":"<call> read </call>","tool":"x"}}"#.into(),
+                "VALIDATION_ERROR",
+            ),
+            (
+                r#"{"type":"step","data":{"message":"<call> read </call>","metadata":1}}"#.into(),
+                "VALIDATION_ERROR",
+            ),
+            (
+                format!(r#"{{"type":"step","data":{{"message":"{long}"}}}}"#),
+                "VALIDATION_ERROR",
+            ),
             (r#"{"type":"state","data":{}}"#.into(), "VALIDATION_ERROR"),
             (r#"{"type":"close","now":true}"#.into(), "VALIDATION_ERROR"),
         ];
@@ -1778,18 +2238,33 @@ mod tests {
         reset(&mut s, json!({"task": 0}));
         for (message, expected) in &cases {
             let reply = s.handle(message);
-            assert_eq!(reply.error.map(ErrorCode::as_str), Some(*expected), "{message:.80}");
+            assert_eq!(
+                reply.error.map(ErrorCode::as_str),
+                Some(*expected),
+                "{message:.80}"
+            );
             let value: Value = serde_json::from_str(reply.text.as_deref().unwrap()).unwrap();
             assert_eq!(code(&value), *expected, "{message:.80}");
             if *expected == "VALIDATION_ERROR" {
-                assert!(value["data"]["errors"].as_array().is_some_and(|e| !e.is_empty()), "{value}");
+                assert!(
+                    value["data"]["errors"]
+                        .as_array()
+                        .is_some_and(|e| !e.is_empty()),
+                    "{value}"
+                );
             }
             assert!(!reply.close);
         }
         // None of them touched the episode: it is still at turn 0 and plays on.
-        assert_eq!(send(&mut s, &json!({"type": "state"}))["data"]["step_count"], 0);
+        assert_eq!(
+            send(&mut s, &json!({"type": "state"}))["data"]["step_count"],
+            0
+        );
         let exactly = "a".repeat(MAX_ACTION_BYTES);
-        assert_eq!(step(&mut s, &exactly)["data"]["observation"]["parse_error"], true);
+        assert_eq!(
+            step(&mut s, &exactly)["data"]["observation"]["parse_error"],
+            true
+        );
         let counted = s.counters.snapshot(0);
         assert_eq!(counted.errors.values().sum::<u64>(), cases.len() as u64);
     }
@@ -1799,7 +2274,10 @@ mod tests {
         let mut s = session();
         let before = step(&mut s, "<call> read </call>");
         assert_eq!(code(&before), "EXECUTION_ERROR");
-        assert!(before["data"]["message"].as_str().unwrap().contains("reset"));
+        assert!(before["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("reset"));
         reset(&mut s, json!({"task": 0}));
         step(&mut s, "<call> submit </call>");
         let after = step(&mut s, "<call> read </call>");
@@ -1819,9 +2297,16 @@ mod tests {
         assert_eq!(code(&reply), "EXECUTION_ERROR");
         s.fault = false;
         assert_eq!(s.counters.snapshot(0).panics, 1);
-        assert_eq!(code(&step(&mut s, "<call> read </call>")), "EXECUTION_ERROR", "the episode was dropped");
+        assert_eq!(
+            code(&step(&mut s, "<call> read </call>")),
+            "EXECUTION_ERROR",
+            "the episode was dropped"
+        );
         reset(&mut s, json!({"task": 0}));
-        assert_eq!(step(&mut s, "<call> read </call>")["data"]["observation"]["text"], crate::clamp::CLAMP_BUGGY);
+        assert_eq!(
+            step(&mut s, "<call> read </call>")["data"]["observation"]["text"],
+            crate::clamp::CLAMP_BUGGY
+        );
     }
 
     #[test]
@@ -1831,11 +2316,24 @@ mod tests {
         let _b = service.open().unwrap();
         let refused: Value = serde_json::from_str(&service.open().err().unwrap()).unwrap();
         assert_eq!(code(&refused), "CAPACITY_REACHED");
-        assert_eq!((refused["data"]["active_sessions"].clone(), refused["data"]["max_sessions"].clone()), (json!(2), json!(2)));
+        assert_eq!(
+            (
+                refused["data"]["active_sessions"].clone(),
+                refused["data"]["max_sessions"].clone()
+            ),
+            (json!(2), json!(2))
+        );
         drop(a);
         assert!(service.open().is_ok());
         let stats = service.stats();
-        assert_eq!((stats.sessions_opened, stats.sessions_refused, stats.active_sessions), (3, 1, 1));
+        assert_eq!(
+            (
+                stats.sessions_opened,
+                stats.sessions_refused,
+                stats.active_sessions
+            ),
+            (3, 1, 1)
+        );
     }
 
     #[test]
@@ -1843,7 +2341,10 @@ mod tests {
         let service = service(4);
         let get = |path: &str| {
             let reply = service.http("GET", path, b"");
-            (reply.status, serde_json::from_str::<Value>(&reply.body).unwrap())
+            (
+                reply.status,
+                serde_json::from_str::<Value>(&reply.body).unwrap(),
+            )
         };
         assert_eq!(get("/health"), (200, json!({"status": "healthy"})));
         assert_eq!(get("/metadata").1["name"], "BugFixEnv");
@@ -1854,14 +2355,24 @@ mod tests {
         assert_eq!(service.http("DELETE", "/reset", b"").status, 405);
         let post = |path: &str, body: &str| {
             let reply = service.http("POST", path, body.as_bytes());
-            (reply.status, serde_json::from_str::<Value>(&reply.body).unwrap())
+            (
+                reply.status,
+                serde_json::from_str::<Value>(&reply.body).unwrap(),
+            )
         };
         let (status, body) = post("/reset", "");
         assert_eq!(status, 200);
-        assert_eq!(body["observation"]["text"], crate::gym::task_zero().prompt());
-        assert_eq!((body["reward"].clone(), body["done"].clone()), (Value::Null, json!(false)));
         assert_eq!(
-            post("/reset", r#"{"task": 2, "split": "held_out", "seed": 4}"#).1["observation"]["text"],
+            body["observation"]["text"],
+            crate::gym::task_zero().prompt()
+        );
+        assert_eq!(
+            (body["reward"].clone(), body["done"].clone()),
+            (Value::Null, json!(false))
+        );
+        assert_eq!(
+            post("/reset", r#"{"task": 2, "split": "held_out", "seed": 4}"#).1["observation"]
+                ["text"],
             CATALOG.task(Split::HeldOut, 2).unwrap().prompt()
         );
         for (path, body, status) in [
@@ -1872,13 +2383,28 @@ mod tests {
             ("/step", "", 422),
             ("/step", r#"{"message": "<call> read </call>"}"#, 422),
             ("/step", r#"{"action": {"message": 1}}"#, 422),
-            ("/step", r#"{"action": {"message": "<call> read </call>"}, "timeout_s": 0}"#, 422),
-            ("/step", r#"{"action": {"message": "<call> read </call>"}}"#, 409),
-            ("/step", r#"{"action": {"message": "<call> read </call>"}, "timeout_s": 2.5, "request_id": "r1"}"#, 409),
+            (
+                "/step",
+                r#"{"action": {"message": "<call> read </call>"}, "timeout_s": 0}"#,
+                422,
+            ),
+            (
+                "/step",
+                r#"{"action": {"message": "<call> read </call>"}}"#,
+                409,
+            ),
+            (
+                "/step",
+                r#"{"action": {"message": "<call> read </call>"}, "timeout_s": 2.5, "request_id": "r1"}"#,
+                409,
+            ),
         ] {
             let (got, reply) = post(path, body);
             assert_eq!(got, status, "{path} {body}: {reply}");
-            assert!(reply["detail"].as_str().is_some() && reply["code"].as_str().is_some(), "{reply}");
+            assert!(
+                reply["detail"].as_str().is_some() && reply["code"].as_str().is_some(),
+                "{reply}"
+            );
         }
         let stats = service.stats();
         assert_eq!(stats.http_requests, 19);
@@ -1910,7 +2436,11 @@ mod tests {
                     "<call> test </call>".into(),
                     "<call> submit </call>".into(),
                 ]);
-                let wrong = task.menu.iter().find(|e| e.kind == crate::gym::EditKind::Distractor).unwrap();
+                let wrong = task
+                    .menu
+                    .iter()
+                    .find(|e| e.kind == crate::gym::EditKind::Distractor)
+                    .unwrap();
                 scripts.push(vec![
                     format!("<call> edit {} </call>", wrong.name),
                     "<call> test </call>".into(),
@@ -1918,17 +2448,36 @@ mod tests {
                     "<call> read </call>".into(),
                 ]);
                 let data = json!({"task": index, "split": split.name()});
-                let mut replies = vec![service.http("POST", "/reset", data.to_string().as_bytes()).body];
+                let mut replies = vec![
+                    service
+                        .http("POST", "/reset", data.to_string().as_bytes())
+                        .body,
+                ];
                 for script in scripts {
-                    replies.push(s.handle(&json!({"type": "reset", "data": data}).to_string()).text.unwrap());
+                    replies.push(
+                        s.handle(&json!({"type": "reset", "data": data}).to_string())
+                            .text
+                            .unwrap(),
+                    );
                     for message in script {
-                        replies.push(s.handle(&json!({"type": "step", "data": {"message": message}}).to_string()).text.unwrap());
+                        replies.push(
+                            s.handle(
+                                &json!({"type": "step", "data": {"message": message}}).to_string(),
+                            )
+                            .text
+                            .unwrap(),
+                        );
                     }
                     replies.push(s.handle(r#"{"type":"state"}"#).text.unwrap());
                 }
                 for test in &task.hidden_tests {
                     for reply in replies.iter().chain(&global) {
-                        assert!(!reply.contains(test.call.as_str()), "{}: a reply leaks the hidden call {}: {reply:.300}", task.id, test.call);
+                        assert!(
+                            !reply.contains(test.call.as_str()),
+                            "{}: a reply leaks the hidden call {}: {reply:.300}",
+                            task.id,
+                            test.call
+                        );
                     }
                 }
             }
@@ -1940,8 +2489,17 @@ mod tests {
         let exchanges = demo_exchange();
         assert_eq!(exchanges.len(), 4);
         assert!(exchanges[0].reply.starts_with(r#"{"type":"observation""#));
-        assert!(exchanges[1].reply.contains(r#""text":"edited with swap_minmax""#), "{}", exchanges[1].reply);
-        assert!(exchanges[2].reply.contains("VALIDATION_ERROR") && exchanges[2].reply.contains("mesage"));
+        assert!(
+            exchanges[1]
+                .reply
+                .contains(r#""text":"edited with swap_minmax""#),
+            "{}",
+            exchanges[1].reply
+        );
+        assert!(
+            exchanges[2].reply.contains("VALIDATION_ERROR")
+                && exchanges[2].reply.contains("mesage")
+        );
         assert!(exchanges[3].reply.contains("EXECUTION_ERROR"));
         assert_eq!(exchanges, demo_exchange());
     }

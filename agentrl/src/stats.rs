@@ -23,14 +23,20 @@ use statrs::distribution::{Beta, ContinuousCDF, Normal, StudentsT};
 pub fn percentile(samples: &[f64], q: f64) -> f64 {
     let mut sorted = samples.to_vec();
     sorted.sort_by(f64::total_cmp);
-    sorted.get(((sorted.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(0.0)
+    sorted
+        .get(((sorted.len().max(1) - 1) as f64 * q).round() as usize)
+        .copied()
+        .unwrap_or(0.0)
 }
 
 /// The sample mean and the standard error of the mean, `s / √n` with `s` the
 /// sample standard deviation (n − 1 in its denominator). Needs two values.
 pub fn standard_error(values: &[f64]) -> (f64, f64) {
     let n = values.len();
-    assert!(n >= 2, "a standard error needs at least two values, got {n}");
+    assert!(
+        n >= 2,
+        "a standard error needs at least two values, got {n}"
+    );
     let mean = values.iter().sum::<f64>() / n as f64;
     let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
     (mean, (variance / n as f64).sqrt())
@@ -57,7 +63,9 @@ pub fn mean_interval_at(values: &[f64], q: f64) -> (f64, f64) {
 
 /// The `q`-quantile of Student's t distribution with `df` degrees of freedom.
 pub fn students_t(df: usize, q: f64) -> f64 {
-    StudentsT::new(0.0, 1.0, df as f64).expect("df > 0 degrees of freedom").inverse_cdf(q)
+    StudentsT::new(0.0, 1.0, df as f64)
+        .expect("df > 0 degrees of freedom")
+        .inverse_cdf(q)
 }
 
 /// [`mean_interval`] as text for a table: "mean ± half-width", 3 decimals.
@@ -85,7 +93,12 @@ pub fn paired_summary(a: &[f64], b: &[f64]) -> String {
     } else {
         "no detectable difference"
     };
-    format!("{mean:+.3} (95% interval {:+.3} to {:+.3}, {} paired seeds): {verdict}", mean - half, mean + half, a.len())
+    format!(
+        "{mean:+.3} (95% interval {:+.3} to {:+.3}, {} paired seeds): {verdict}",
+        mean - half,
+        mean + half,
+        a.len()
+    )
 }
 
 /// `mean(b) − mean(a)` for runs that share nothing (independent seeds), with
@@ -95,7 +108,9 @@ pub fn welch_difference(a: &[f64], b: &[f64]) -> (f64, f64) {
     let ((mean_a, se_a), (mean_b, se_b)) = (standard_error(a), standard_error(b));
     let (va, vb) = (se_a * se_a, se_b * se_b); // squared standard errors
     let df = (va + vb).powi(2) / (va * va / (a.len() - 1) as f64 + vb * vb / (b.len() - 1) as f64);
-    let t = StudentsT::new(0.0, 1.0, df).expect("positive degrees of freedom").inverse_cdf(0.975);
+    let t = StudentsT::new(0.0, 1.0, df)
+        .expect("positive degrees of freedom")
+        .inverse_cdf(0.975);
     (mean_b - mean_a, t * (va + vb).sqrt())
 }
 
@@ -104,7 +119,10 @@ pub fn welch_difference(a: &[f64], b: &[f64]) -> (f64, f64) {
 /// when the paired differences spread with standard deviation `sd`:
 /// (t(0.975, n − 1) + t(power, n − 1)) · sd / √n.
 pub fn minimum_detectable_effect(sd: f64, n: usize, power: f64) -> f64 {
-    assert!(n >= 2 && (0.5..1.0).contains(&power), "need n >= 2 seeds and a power in [0.5, 1) (got n = {n}, power = {power})");
+    assert!(
+        n >= 2 && (0.5..1.0).contains(&power),
+        "need n >= 2 seeds and a power in [0.5, 1) (got n = {n}, power = {power})"
+    );
     (students_t(n - 1, 0.975) + students_t(n - 1, power)) * sd / (n as f64).sqrt()
 }
 // ANCHOR_END: interval
@@ -115,8 +133,13 @@ pub fn minimum_detectable_effect(sd: f64, n: usize, power: f64) -> f64 {
 /// standard errors √(p(1 − p)/n). Unlike `rate ± 1.96·√(rate(1 − rate)/n)`,
 /// it stays inside [0, 1] and is not empty at 0 or n successes.
 pub fn wilson_interval(successes: usize, n: usize) -> (f64, f64) {
-    assert!(n > 0 && successes <= n, "a rate needs 0 <= successes <= n and n > 0 (got {successes} of {n})");
-    let z = Normal::new(0.0, 1.0).expect("the standard normal").inverse_cdf(0.975);
+    assert!(
+        n > 0 && successes <= n,
+        "a rate needs 0 <= successes <= n and n > 0 (got {successes} of {n})"
+    );
+    let z = Normal::new(0.0, 1.0)
+        .expect("the standard normal")
+        .inverse_cdf(0.975);
     let (n, rate) = (n as f64, successes as f64 / n as f64);
     let denominator = 1.0 + z * z / n;
     let centre = (rate + z * z / (2.0 * n)) / denominator;
@@ -131,10 +154,25 @@ pub fn wilson_interval(successes: usize, n: usize) -> (f64, f64) {
 /// It covers the true rate at least 95 % of the time for every p, at the
 /// price of being wider than Wilson's.
 pub fn clopper_pearson_interval(successes: usize, n: usize) -> (f64, f64) {
-    assert!(n > 0 && successes <= n, "a rate needs 0 <= successes <= n and n > 0 (got {successes} of {n})");
+    assert!(
+        n > 0 && successes <= n,
+        "a rate needs 0 <= successes <= n and n > 0 (got {successes} of {n})"
+    );
     let (k, n_f) = (successes as f64, n as f64);
-    let low = if successes == 0 { 0.0 } else { Beta::new(k, n_f - k + 1.0).expect("positive shapes").inverse_cdf(0.025) };
-    let high = if successes == n { 1.0 } else { Beta::new(k + 1.0, n_f - k).expect("positive shapes").inverse_cdf(0.975) };
+    let low = if successes == 0 {
+        0.0
+    } else {
+        Beta::new(k, n_f - k + 1.0)
+            .expect("positive shapes")
+            .inverse_cdf(0.025)
+    };
+    let high = if successes == n {
+        1.0
+    } else {
+        Beta::new(k + 1.0, n_f - k)
+            .expect("positive shapes")
+            .inverse_cdf(0.975)
+    };
     (low, high)
 }
 // ANCHOR_END: wilson
@@ -145,13 +183,21 @@ pub fn clopper_pearson_interval(successes: usize, n: usize) -> (f64, f64) {
 /// `resamples` draws of the units with replacement, drawn from `seed`.
 pub fn paired_bootstrap(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> (f64, f64, f64) {
     assert_eq!(a.len(), b.len(), "paired scores come in pairs");
-    assert!(!a.is_empty() && resamples >= 100, "need some units and at least 100 resamples");
+    assert!(
+        !a.is_empty() && resamples >= 100,
+        "need some units and at least 100 resamples"
+    );
     let differences: Vec<f64> = a.iter().zip(b).map(|(x, y)| y - x).collect();
     let n = differences.len();
     let mean = differences.iter().sum::<f64>() / n as f64;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut means: Vec<f64> = (0..resamples)
-        .map(|_| (0..n).map(|_| differences[rng.random_range(0..n)]).sum::<f64>() / n as f64)
+        .map(|_| {
+            (0..n)
+                .map(|_| differences[rng.random_range(0..n)])
+                .sum::<f64>()
+                / n as f64
+        })
         .collect();
     means.sort_by(f64::total_cmp);
     let at = |q: f64| means[((q * resamples as f64) as usize).min(resamples - 1)];
@@ -219,7 +265,10 @@ impl Streams {
 pub fn band(runs: &[Vec<f64>]) -> Vec<(f64, f64, f64)> {
     assert!(runs.len() >= 2, "a band needs at least two runs");
     let points = runs[0].len();
-    assert!(runs.iter().all(|run| run.len() == points), "every run needs the same number of points");
+    assert!(
+        runs.iter().all(|run| run.len() == points),
+        "every run needs the same number of points"
+    );
     (0..points)
         .map(|i| {
             let (mean, half) = mean_interval(&runs.iter().map(|run| run[i]).collect::<Vec<_>>());
@@ -236,7 +285,10 @@ mod tests {
     #[test]
     fn a_paired_summary_says_only_what_its_interval_allows() {
         // Differences 0.1, 0.2, 0.3: mean 0.2, s = 0.1, t(0.975, 2) = 4.303, half-width 0.248.
-        assert_eq!(paired_summary(&[0.0, 0.0, 0.0], &[0.1, 0.2, 0.3]), "+0.200 (95% interval -0.048 to +0.448, 3 paired seeds): no detectable difference");
+        assert_eq!(
+            paired_summary(&[0.0, 0.0, 0.0], &[0.1, 0.2, 0.3]),
+            "+0.200 (95% interval -0.048 to +0.448, 3 paired seeds): no detectable difference"
+        );
         assert!(paired_summary(&[0.0, 0.0, 0.0], &[0.19, 0.2, 0.21]).ends_with(": higher"));
         assert!(paired_summary(&[0.5, 0.5, 0.5], &[0.29, 0.3, 0.31]).ends_with(": lower"));
     }
@@ -246,7 +298,14 @@ mod tests {
         let draw = |mut rng: StdRng| (0..4).map(|_| rng.random::<u64>()).collect::<Vec<_>>();
         let (a, b) = (Streams::new(7), Streams::new(7));
         assert_eq!(draw(a.tasks(3)), draw(b.tasks(3)));
-        let all = [draw(a.tasks(3)), draw(a.tasks(4)), draw(a.sampling(3)), draw(a.shuffle(3)), draw(a.evaluation(3)), draw(Streams::new(8).tasks(3))];
+        let all = [
+            draw(a.tasks(3)),
+            draw(a.tasks(4)),
+            draw(a.sampling(3)),
+            draw(a.shuffle(3)),
+            draw(a.evaluation(3)),
+            draw(Streams::new(8).tasks(3)),
+        ];
         for i in 0..all.len() {
             for j in 0..i {
                 assert_ne!(all[i], all[j], "streams {i} and {j} coincide");
@@ -259,11 +318,17 @@ mod tests {
         // 1, 2, 3: mean 2, s = 1, t(0.975, 2) = 4.302653.
         let (mean, half) = mean_interval(&[1.0, 2.0, 3.0]);
         assert!((mean - 2.0).abs() < 1e-12);
-        assert!((half - 4.302_652_729_911_275 / 3f64.sqrt()).abs() < 1e-9, "{half}");
+        assert!(
+            (half - 4.302_652_729_911_275 / 3f64.sqrt()).abs() < 1e-9,
+            "{half}"
+        );
         // Five values, t(0.975, 4) = 2.776445.
         let (_, half) = mean_interval(&[0.0, 1.0, 0.0, 1.0, 0.5]);
         // Their sample standard deviation is 0.5.
-        assert!((half - 2.776_445_105_197_8 * 0.5 / 5f64.sqrt()).abs() < 1e-9, "{half}");
+        assert!(
+            (half - 2.776_445_105_197_8 * 0.5 / 5f64.sqrt()).abs() < 1e-9,
+            "{half}"
+        );
     }
 
     #[test]
@@ -279,17 +344,26 @@ mod tests {
     fn the_standard_error_divides_the_sample_deviation_by_root_n() {
         let (mean, se) = standard_error(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
         // Sample variance 32 / 7.
-        assert!((mean - 5.0).abs() < 1e-12 && (se - (32.0 / 7.0 / 8.0f64).sqrt()).abs() < 1e-12, "{se}");
+        assert!(
+            (mean - 5.0).abs() < 1e-12 && (se - (32.0 / 7.0 / 8.0f64).sqrt()).abs() < 1e-12,
+            "{se}"
+        );
     }
 
     #[test]
     fn wilson_intervals_match_published_values() {
         // 8 of 10: (0.4902, 0.9433), from the closed form by hand.
         let (low, high) = wilson_interval(8, 10);
-        assert!((low - 0.490_16).abs() < 1e-4 && (high - 0.943_32).abs() < 1e-4, "{low} {high}");
+        assert!(
+            (low - 0.490_16).abs() < 1e-4 && (high - 0.943_32).abs() < 1e-4,
+            "{low} {high}"
+        );
         // 0 of 10: the lower end is 0 and the upper end z²/(n + z²) = 0.2775.
         let (low, high) = wilson_interval(0, 10);
-        assert!(low.abs() < 1e-12 && (high - 0.277_53).abs() < 1e-4, "{low} {high}");
+        assert!(
+            low.abs() < 1e-12 && (high - 0.277_53).abs() < 1e-4,
+            "{low} {high}"
+        );
         // Symmetry: k of n mirrors n − k of n.
         let (a, b) = wilson_interval(3, 17);
         let (c, d) = wilson_interval(14, 17);
@@ -300,15 +374,26 @@ mod tests {
     fn the_paired_bootstrap_agrees_with_the_normal_interval_on_many_units() {
         // Constant differences: no spread at all.
         let (mean, low, high) = paired_bootstrap(&[0.0, 1.0, 0.0], &[0.5, 1.5, 0.5], 1000, 1);
-        assert!((mean - 0.5).abs() < 1e-12 && (low - 0.5).abs() < 1e-12 && (high - 0.5).abs() < 1e-12);
+        assert!(
+            (mean - 0.5).abs() < 1e-12 && (low - 0.5).abs() < 1e-12 && (high - 0.5).abs() < 1e-12
+        );
         // 400 units of ±1 around 0.1: the interval is close to mean ± 1.96 SE.
         let a = vec![0.0; 400];
-        let b: Vec<f64> = (0..400).map(|i| if i % 2 == 0 { 1.1 } else { -0.9 }).collect();
+        let b: Vec<f64> = (0..400)
+            .map(|i| if i % 2 == 0 { 1.1 } else { -0.9 })
+            .collect();
         let (mean, low, high) = paired_bootstrap(&a, &b, 4000, 7);
         let (_, se) = standard_error(&b);
         assert!((mean - 0.1).abs() < 1e-12);
-        assert!(((high - low) / (2.0 * 1.96 * se) - 1.0).abs() < 0.1, "{low} {high} {se}");
-        assert_eq!(paired_bootstrap(&a, &b, 4000, 7), (mean, low, high), "the same seed gives the same interval");
+        assert!(
+            ((high - low) / (2.0 * 1.96 * se) - 1.0).abs() < 0.1,
+            "{low} {high} {se}"
+        );
+        assert_eq!(
+            paired_bootstrap(&a, &b, 4000, 7),
+            (mean, low, high),
+            "the same seed gives the same interval"
+        );
     }
 
     #[test]
@@ -324,12 +409,21 @@ mod tests {
     fn clopper_pearson_matches_its_closed_forms_and_published_values() {
         let (low, high) = clopper_pearson_interval(0, 39);
         assert_eq!(low, 0.0);
-        assert!((high - (1.0 - 0.025f64.powf(1.0 / 39.0))).abs() < 1e-9, "{high}");
+        assert!(
+            (high - (1.0 - 0.025f64.powf(1.0 / 39.0))).abs() < 1e-9,
+            "{high}"
+        );
         let (low, high) = clopper_pearson_interval(39, 39);
-        assert!((low - 0.025f64.powf(1.0 / 39.0)).abs() < 1e-9 && high == 1.0, "{low}");
+        assert!(
+            (low - 0.025f64.powf(1.0 / 39.0)).abs() < 1e-9 && high == 1.0,
+            "{low}"
+        );
         // 5 of 20: R's binom.test gives 0.08657 to 0.49105.
         let (low, high) = clopper_pearson_interval(5, 20);
-        assert!((low - 0.08657).abs() < 5e-5 && (high - 0.49105).abs() < 5e-5, "{low} {high}");
+        assert!(
+            (low - 0.08657).abs() < 5e-5 && (high - 0.49105).abs() < 5e-5,
+            "{low} {high}"
+        );
         // Symmetric in successes and failures, and never narrower than Wilson at the ends.
         for (k, n) in [(0, 10), (3, 10), (1, 160), (80, 160)] {
             let (l, h) = clopper_pearson_interval(k, n);
@@ -346,12 +440,17 @@ mod tests {
         let b = [3.0, 4.0, 5.0, 6.0];
         let (d, half) = welch_difference(&a, &b);
         let se = (2.0 * (5.0 / 3.0) / 4.0f64).sqrt();
-        assert!((d - 2.0).abs() < 1e-12 && (half - students_t(6, 0.975) * se).abs() < 1e-9, "{d} {half}");
+        assert!(
+            (d - 2.0).abs() < 1e-12 && (half - students_t(6, 0.975) * se).abs() < 1e-9,
+            "{d} {half}"
+        );
         // With many seeds the detectable effect tends to (1.96 + 0.84) sd / √n.
         let mde = minimum_detectable_effect(1.0, 10_000, 0.8);
         assert!((mde - (1.959964 + 0.841621) / 100.0).abs() < 1e-4, "{mde}");
         // Three seeds pay for their few degrees of freedom: t(0.975, 2) = 4.30, t(0.8, 2) = 1.06.
-        assert!((minimum_detectable_effect(1.0, 3, 0.8) - (4.3027 + 1.0607) / 3f64.sqrt()).abs() < 1e-3);
+        assert!(
+            (minimum_detectable_effect(1.0, 3, 0.8) - (4.3027 + 1.0607) / 3f64.sqrt()).abs() < 1e-3
+        );
         // The interval at q = 0.975 is mean_interval's.
         assert_eq!(mean_interval_at(&a, 0.975), mean_interval(&a));
     }

@@ -48,7 +48,13 @@ struct Block {
 
 impl Block {
     fn new(p: nn::Path, d: i64, n_head: i64) -> Block {
-        let c = nn::LinearConfig { ws_init: nn::Init::Randn { mean: 0.0, stdev: 0.02 }, ..Default::default() };
+        let c = nn::LinearConfig {
+            ws_init: nn::Init::Randn {
+                mean: 0.0,
+                stdev: 0.02,
+            },
+            ..Default::default()
+        };
         Block {
             ln1: nn::layer_norm(&p / "ln1", vec![d], Default::default()),
             qkv: nn::linear(&p / "qkv", d, 3 * d, c),
@@ -63,7 +69,13 @@ impl Block {
     /// `x`: [B, T, D]; `allowed`: [B, 1, T, S], or `None` for plain causal
     /// attention (no padding to hide, and no cache unless T = 1); `past`: this layer's cached keys and values,
     /// whose first `filled` = S - T positions are in use, extended in place.
-    fn forward(&self, x: &Tensor, allowed: Option<&Tensor>, past: &mut Option<(Tensor, Tensor)>, filled: i64) -> Tensor {
+    fn forward(
+        &self,
+        x: &Tensor,
+        allowed: Option<&Tensor>,
+        past: &mut Option<(Tensor, Tensor)>,
+        filled: i64,
+    ) -> Tensor {
         let x = x + self.attention(&x.apply(&self.ln1), allowed, past, filled);
         let hidden = x.apply(&self.ln2).apply(&self.up).gelu("none"); // [B, T, 4D]
         &x + hidden.apply(&self.down)
@@ -71,17 +83,45 @@ impl Block {
 
     /// Multi-head causal self-attention of the normalised `x` [B, T, D], the
     /// output projection included: [B, T, D].
-    fn attention(&self, x: &Tensor, allowed: Option<&Tensor>, past: &mut Option<(Tensor, Tensor)>, filled: i64) -> Tensor {
+    fn attention(
+        &self,
+        x: &Tensor,
+        allowed: Option<&Tensor>,
+        past: &mut Option<(Tensor, Tensor)>,
+        filled: i64,
+    ) -> Tensor {
         let (b, t, d) = x.size3().unwrap();
         let heads = |z: Tensor| z.view([b, t, self.n_head, d / self.n_head]).transpose(1, 2); // [B, n_head, T, d_head]
         let qkv = x.apply(&self.qkv).split(d, -1); // 3 × [B, T, D]
-        let (q, k, v) = (heads(qkv[0].shallow_clone()), heads(qkv[1].shallow_clone()), heads(qkv[2].shallow_clone()));
+        let (q, k, v) = (
+            heads(qkv[0].shallow_clone()),
+            heads(qkv[1].shallow_clone()),
+            heads(qkv[2].shallow_clone()),
+        );
         let (k, v) = append(past, k, v, filled); // [B, n_head, S, d_head] each
-        // softmax(q kᵀ / √d_head) v over the allowed keys, every head at once, in one fused kernel.
+                                                 // softmax(q kᵀ / √d_head) v over the allowed keys, every head at once, in one fused kernel.
         let attended = match allowed {
-            Some(mask) => Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, false),
+            Some(mask) => Tensor::scaled_dot_product_attention(
+                &q,
+                &k,
+                &v,
+                Some(mask),
+                0.0,
+                false,
+                None,
+                false,
+            ),
             // Causal: query i sees keys up to i (a single new query sees all of them).
-            None => Tensor::scaled_dot_product_attention::<Tensor>(&q, &k, &v, None, 0.0, t > 1, None, false),
+            None => Tensor::scaled_dot_product_attention::<Tensor>(
+                &q,
+                &k,
+                &v,
+                None,
+                0.0,
+                t > 1,
+                None,
+                false,
+            ),
         }; // [B, n_head, T, d_head]
         let attended = attended.transpose(1, 2).reshape([b, t, d]); // [B, T, D]: the heads side by side
         attended.apply(&self.proj)
@@ -101,8 +141,13 @@ impl Block {
         // Query i may see key i' if i' <= i and i' is a real token, and always itself.
         let query = Tensor::arange(t, (Kind::Int64, x.device())).view([t, 1]);
         let key = Tensor::arange(t, (Kind::Int64, x.device())).view([1, t]);
-        let seen = key.le_tensor(&query).unsqueeze(0).logical_and(&valid.unsqueeze(1)).logical_or(&key.eq_tensor(&query).unsqueeze(0)); // [B, T, T]
-        let mask = Tensor::zeros([b, t, t], (x.kind(), x.device())).masked_fill(&seen.logical_not(), f64::NEG_INFINITY); // [B, T, T]: M, 0 or -inf
+        let seen = key
+            .le_tensor(&query)
+            .unsqueeze(0)
+            .logical_and(&valid.unsqueeze(1))
+            .logical_or(&key.eq_tensor(&query).unsqueeze(0)); // [B, T, T]
+        let mask = Tensor::zeros([b, t, t], (x.kind(), x.device()))
+            .masked_fill(&seen.logical_not(), f64::NEG_INFINITY); // [B, T, T]: M, 0 or -inf
         let qkv = x.apply(&self.qkv); // [B, T, 3D]: X W_Q + b_Q, X W_K + b_K, X W_V + b_V side by side
         let heads: Vec<Tensor> = (0..self.n_head)
             .map(|u| {
@@ -125,7 +170,12 @@ impl Block {
 /// cache keeps spare room and writes into it, instead of copying everything
 /// it holds at every step; when gradients flow (`k` requires them) it is
 /// rebuilt by concatenation, which autograd can follow.
-fn append(past: &mut Option<(Tensor, Tensor)>, k: Tensor, v: Tensor, filled: i64) -> (Tensor, Tensor) {
+fn append(
+    past: &mut Option<(Tensor, Tensor)>,
+    k: Tensor,
+    v: Tensor,
+    filled: i64,
+) -> (Tensor, Tensor) {
     let (b, h, t, e) = k.size4().unwrap();
     let s = filled + t;
     let (k_all, v_all) = match past.as_ref() {
@@ -137,13 +187,23 @@ fn append(past: &mut Option<(Tensor, Tensor)>, k: Tensor, v: Tensor, filled: i64
         }
         Some((k_buf, v_buf)) if !k.requires_grad() => {
             let room = (2 * s).max(64);
-            let (k_new, v_new) = (k.new_zeros([b, h, room, e], (k.kind(), k.device())), v.new_zeros([b, h, room, e], (v.kind(), v.device())));
-            k_new.narrow(2, 0, filled).copy_(&k_buf.narrow(2, 0, filled));
-            v_new.narrow(2, 0, filled).copy_(&v_buf.narrow(2, 0, filled));
+            let (k_new, v_new) = (
+                k.new_zeros([b, h, room, e], (k.kind(), k.device())),
+                v.new_zeros([b, h, room, e], (v.kind(), v.device())),
+            );
+            k_new
+                .narrow(2, 0, filled)
+                .copy_(&k_buf.narrow(2, 0, filled));
+            v_new
+                .narrow(2, 0, filled)
+                .copy_(&v_buf.narrow(2, 0, filled));
             *past = Some((k_new, v_new));
             return append(past, k, v, filled);
         }
-        Some((k_buf, v_buf)) => (Tensor::cat(&[k_buf.narrow(2, 0, filled), k], 2), Tensor::cat(&[v_buf.narrow(2, 0, filled), v], 2)),
+        Some((k_buf, v_buf)) => (
+            Tensor::cat(&[k_buf.narrow(2, 0, filled), k], 2),
+            Tensor::cat(&[v_buf.narrow(2, 0, filled), v], 2),
+        ),
     };
     *past = Some((k_all.shallow_clone(), v_all.shallow_clone()));
     (k_all, v_all)
@@ -173,8 +233,14 @@ impl KvCache {
             let index = index.to_device(k.device());
             (*k, *v) = (k.index_select(0, &index), v.index_select(0, &index)); // [B', n_head, S, d_head]
         }
-        self.valid = keep.iter().map(|&i| std::mem::take(&mut self.valid[i])).collect();
-        self.tokens = keep.iter().map(|&i| std::mem::take(&mut self.tokens[i])).collect();
+        self.valid = keep
+            .iter()
+            .map(|&i| std::mem::take(&mut self.valid[i]))
+            .collect();
+        self.tokens = keep
+            .iter()
+            .map(|&i| std::mem::take(&mut self.tokens[i]))
+            .collect();
     }
 
     /// Cached positions (padding included).
@@ -189,7 +255,11 @@ impl KvCache {
     /// Numbers held in the cached keys and values of the positions seen, over all layers.
     pub fn stored_floats(&self) -> i64 {
         let per_position = |t: &Tensor| t.numel() as i64 / t.size()[2];
-        self.layers.iter().flatten().map(|(k, v)| (per_position(k) + per_position(v)) * self.len()).sum()
+        self.layers
+            .iter()
+            .flatten()
+            .map(|(k, v)| (per_position(k) + per_position(v)) * self.len())
+            .sum()
     }
 }
 // ANCHOR_END: cache
@@ -206,19 +276,46 @@ fn attention_mask(valid: &[Vec<bool>], t: i64, kind: Kind, device: Device) -> Op
     let past = s - t;
     let padded = |row: &[bool]| row.iter().any(|&real| !real);
     let pad_then_real = |row: &[bool]| row.windows(2).any(|w| !w[0] && w[1]);
-    if (past == 0 && !valid.iter().any(|row| pad_then_real(row))) || (t == 1 && !valid.iter().any(|row| padded(row))) {
+    if (past == 0 && !valid.iter().any(|row| pad_then_real(row)))
+        || (t == 1 && !valid.iter().any(|row| padded(row)))
+    {
         return None;
     }
     if t == 1 {
         // One query: a key mask, the query's own position always seen.
-        let keys: Vec<f64> = valid.iter().flat_map(|row| row.iter().enumerate().map(move |(j, &real)| if real || j as i64 == s - 1 { 0.0 } else { f64::NEG_INFINITY })).collect();
-        return Some(Tensor::from_slice(&keys).view([b, 1, 1, s]).to_kind(kind).to_device(device));
+        let keys: Vec<f64> = valid
+            .iter()
+            .flat_map(|row| {
+                row.iter().enumerate().map(move |(j, &real)| {
+                    if real || j as i64 == s - 1 {
+                        0.0
+                    } else {
+                        f64::NEG_INFINITY
+                    }
+                })
+            })
+            .collect();
+        return Some(
+            Tensor::from_slice(&keys)
+                .view([b, 1, 1, s])
+                .to_kind(kind)
+                .to_device(device),
+        );
     }
-    let real = Tensor::from_slice(&valid.concat()).view([b, 1, s]).to_device(device); // [B, 1, S]
+    let real = Tensor::from_slice(&valid.concat())
+        .view([b, 1, s])
+        .to_device(device); // [B, 1, S]
     let query = Tensor::arange_start(past, s, (Kind::Int64, device)).view([t, 1]);
     let key = Tensor::arange(s, (Kind::Int64, device)).view([1, s]);
-    let seen = key.le_tensor(&query).unsqueeze(0).logical_and(&real).logical_or(&key.eq_tensor(&query).unsqueeze(0)); // [B, T, S]
-    Some(Tensor::zeros([b, 1, t, s], (kind, device)).masked_fill(&seen.logical_not().unsqueeze(1), f64::NEG_INFINITY)) // [B, 1, T, S]
+    let seen = key
+        .le_tensor(&query)
+        .unsqueeze(0)
+        .logical_and(&real)
+        .logical_or(&key.eq_tensor(&query).unsqueeze(0)); // [B, T, S]
+    Some(
+        Tensor::zeros([b, 1, t, s], (kind, device))
+            .masked_fill(&seen.logical_not().unsqueeze(1), f64::NEG_INFINITY),
+    ) // [B, 1, T, S]
 }
 // ANCHOR_END: mask
 
@@ -250,12 +347,27 @@ impl TinyAgent {
         let mut vs = nn::VarStore::new(device);
         vs.set_kind(REAL); // the weights are drawn and kept in 64 bits
         let root = vs.root();
-        let e = nn::EmbeddingConfig { ws_init: nn::Init::Randn { mean: 0.0, stdev: 0.02 }, ..Default::default() };
+        let e = nn::EmbeddingConfig {
+            ws_init: nn::Init::Randn {
+                mean: 0.0,
+                stdev: 0.02,
+            },
+            ..Default::default()
+        };
         let wte = nn::embedding(&root / "wte", config.vocab, config.d_model, e);
         let wpe = nn::embedding(&root / "wpe", config.n_ctx, config.d_model, e);
-        let blocks = (0..config.n_layer).map(|i| Block::new(&root / "blocks" / i, config.d_model, config.n_head)).collect();
+        let blocks = (0..config.n_layer)
+            .map(|i| Block::new(&root / "blocks" / i, config.d_model, config.n_head))
+            .collect();
         let ln_f = nn::layer_norm(&root / "ln_f", vec![config.d_model], Default::default());
-        TinyAgent { vs, config, wte, wpe, blocks, ln_f }
+        TinyAgent {
+            vs,
+            config,
+            wte,
+            wpe,
+            blocks,
+            ln_f,
+        }
     }
 
     pub fn device(&self) -> Device {
@@ -264,7 +376,11 @@ impl TinyAgent {
 
     /// Trainable numbers, the tied head counted once.
     pub fn parameter_count(&self) -> i64 {
-        self.vs.trainable_variables().iter().map(|t| t.numel() as i64).sum()
+        self.vs
+            .trainable_variables()
+            .iter()
+            .map(|t| t.numel() as i64)
+            .sum()
     }
 
     /// A hash of the configuration and of every weight's name, shape and bits:
@@ -278,7 +394,8 @@ impl TinyAgent {
         named.sort_by(|a, b| a.0.cmp(&b.0));
         for (name, tensor) in named {
             hash = fnv1a(format!("{name} {:?}", tensor.size()).as_bytes(), hash);
-            let values = Vec::<f64>::try_from(tensor.to_kind(Kind::Double).flatten(0, -1)).expect("weights as numbers");
+            let values = Vec::<f64>::try_from(tensor.to_kind(Kind::Double).flatten(0, -1))
+                .expect("weights as numbers");
             for v in values {
                 hash = fnv1a(&v.to_bits().to_le_bytes(), hash);
             }
@@ -302,8 +419,11 @@ impl TinyAgent {
     pub fn hidden(&self, ids: &Tensor, valid: &Tensor, cache: &mut KvCache) -> Tensor {
         let (b, t) = ids.size2().unwrap();
         let past = cache.len();
-        let new = Vec::<bool>::try_from(valid.to_device(Device::Cpu).reshape([-1])).expect("a boolean mask"); // [B·T]
-        cache.valid.resize_with(b as usize, || vec![true; past as usize]);
+        let new = Vec::<bool>::try_from(valid.to_device(Device::Cpu).reshape([-1]))
+            .expect("a boolean mask"); // [B·T]
+        cache
+            .valid
+            .resize_with(b as usize, || vec![true; past as usize]);
         // A token's position counts the real tokens before it, so left padding does not shift it.
         let mut positions = Vec::with_capacity((b * t) as usize);
         for (row, seen) in cache.valid.iter_mut().enumerate() {
@@ -314,7 +434,9 @@ impl TinyAgent {
                 seen.push(real);
             }
         }
-        let positions = Tensor::from_slice(&positions).view([b, t]).to_device(ids.device()); // [B, T]
+        let positions = Tensor::from_slice(&positions)
+            .view([b, t])
+            .to_device(ids.device()); // [B, T]
         let allowed = attention_mask(&cache.valid, t, self.wte.ws.kind(), ids.device()); // [B, 1, T, S] or None
         let mut x = ids.apply(&self.wte) + positions.apply(&self.wpe); // [B, T, D]
         cache.layers.resize_with(self.blocks.len(), || None);
@@ -348,9 +470,18 @@ impl TinyAgent {
         let block = &self.blocks[layer];
         match kernel {
             Attention::Fused => {
-                let rows = Vec::<bool>::try_from(valid.to_device(Device::Cpu).reshape([-1])).expect("a boolean mask");
-                let rows: Vec<Vec<bool>> = rows.chunks(x.size()[1] as usize).map(<[bool]>::to_vec).collect();
-                block.attention(x, attention_mask(&rows, x.size()[1], x.kind(), x.device()).as_ref(), &mut None, 0)
+                let rows = Vec::<bool>::try_from(valid.to_device(Device::Cpu).reshape([-1]))
+                    .expect("a boolean mask");
+                let rows: Vec<Vec<bool>> = rows
+                    .chunks(x.size()[1] as usize)
+                    .map(<[bool]>::to_vec)
+                    .collect();
+                block.attention(
+                    x,
+                    attention_mask(&rows, x.size()[1], x.kind(), x.device()).as_ref(),
+                    &mut None,
+                    0,
+                )
             }
             Attention::Reference => block.attention_reference(x, valid),
         }
@@ -367,13 +498,18 @@ impl TinyAgent {
         let (_, t) = ids.size2().unwrap();
         let logits = self.logits(ids, valid).narrow(1, 0, t - 1); // [B, T-1, V]
         let next = ids.narrow(1, 1, t - 1).unsqueeze(-1); // [B, T-1, 1]
-        logits.log_softmax(-1, REAL).gather(-1, &next, false).squeeze_dim(-1)
+        logits
+            .log_softmax(-1, REAL)
+            .gather(-1, &next, false)
+            .squeeze_dim(-1)
     }
     // ANCHOR_END: logprobs
 
     /// Write the weights as safetensors.
     pub fn save(&self, path: &Path) -> Result<(), String> {
-        self.vs.save(path).map_err(|err| format!("cannot save {}: {err}", path.display()))
+        self.vs
+            .save(path)
+            .map_err(|err| format!("cannot save {}: {err}", path.display()))
     }
 
     /// A model of shape `config` with the weights in `path`.
@@ -386,7 +522,10 @@ impl TinyAgent {
             let _turn = crate::book::generator_turn();
             TinyAgent::new(config, device)
         };
-        model.vs.load(path).map_err(|err| format!("cannot load {}: {err}", path.display()))?;
+        model
+            .vs
+            .load(path)
+            .map_err(|err| format!("cannot load {}: {err}", path.display()))?;
         Ok(model)
     }
 }
@@ -411,18 +550,28 @@ pub struct Sampling {
 
 impl Sampling {
     /// Plain sampling from the model's distribution: what policy gradients assume.
-    pub const PURE: Sampling = Sampling { temperature: 1.0, top_p: 1.0 };
-    pub const GREEDY: Sampling = Sampling { temperature: 0.0, top_p: 1.0 };
+    pub const PURE: Sampling = Sampling {
+        temperature: 1.0,
+        top_p: 1.0,
+    };
+    pub const GREEDY: Sampling = Sampling {
+        temperature: 0.0,
+        top_p: 1.0,
+    };
 
     /// Draw one token from `logits` (one row, length V). Returns the token and
     /// its log-probability under the distribution actually sampled from (after
     /// temperature and top-p); with `PURE` that is the model's own log π.
     pub fn draw(&self, logits: &[f64], rng: &mut StdRng) -> (u32, f64) {
-        let best = (0..logits.len()).fold(0, |best, i| if logits[i] > logits[best] { i } else { best });
+        let best =
+            (0..logits.len()).fold(0, |best, i| if logits[i] > logits[best] { i } else { best });
         if self.temperature == 0.0 {
             return (best as u32, 0.0);
         }
-        let weights: Vec<f64> = logits.iter().map(|&l| ((l - logits[best]) / self.temperature).exp()).collect();
+        let weights: Vec<f64> = logits
+            .iter()
+            .map(|&l| ((l - logits[best]) / self.temperature).exp())
+            .collect();
         let total: f64 = weights.iter().sum();
         if self.top_p >= 1.0 {
             // The whole vocabulary: invert the cumulative distribution in token order.
@@ -467,21 +616,34 @@ pub struct Generated {
 
 fn ids_tensor(rows: &[Vec<i64>], device: Device) -> Tensor {
     let width = rows[0].len() as i64;
-    Tensor::from_slice(&rows.concat()).view([rows.len() as i64, width]).to_device(device)
+    Tensor::from_slice(&rows.concat())
+        .view([rows.len() as i64, width])
+        .to_device(device)
 }
 
 /// A row of token ids left-padded to `width`, and its mask of real tokens.
 fn left_pad(row: &[u32], width: usize) -> (Vec<i64>, Vec<i64>) {
     let fill = width - row.len();
-    let ids = std::iter::repeat_n(0, fill).chain(row.iter().map(|&t| t as i64)).collect();
-    let valid = std::iter::repeat_n(0, fill).chain(std::iter::repeat_n(1, row.len())).collect();
+    let ids = std::iter::repeat_n(0, fill)
+        .chain(row.iter().map(|&t| t as i64))
+        .collect();
+    let valid = std::iter::repeat_n(0, fill)
+        .chain(std::iter::repeat_n(1, row.len()))
+        .collect();
     (ids, valid)
 }
 
 /// Sample the next token of every row that is not done from the logits of its
 /// last position (`logits`: [B, T, V]); returns the tokens to feed next and 1
 /// where that token is real (0 for rows that were already done).
-fn sample_rows(logits: &Tensor, out: &mut [Generated], done: &mut [bool], stop: &[u32], sampling: Sampling, rng: &mut StdRng) -> (Vec<i64>, Vec<i64>) {
+fn sample_rows(
+    logits: &Tensor,
+    out: &mut [Generated],
+    done: &mut [bool],
+    stop: &[u32],
+    sampling: Sampling,
+    rng: &mut StdRng,
+) -> (Vec<i64>, Vec<i64>) {
     let b = out.len();
     let last = logits.select(1, -1).to_kind(REAL).to_device(Device::Cpu); // [B, V]
     let rows = Vec::<f64>::try_from(last.reshape([-1])).expect("logits are real numbers");
@@ -506,18 +668,38 @@ impl TinyAgent {
     /// token of `stop`. Prompts are left-padded into one batch. With
     /// `use_cache`, each step feeds only the B new tokens and reuses the cached
     /// keys and values; without it, each step recomputes the whole sequence.
-    pub fn generate(&self, prompts: &[Vec<u32>], max_new: usize, stop: &[u32], sampling: Sampling, rng: &mut StdRng, use_cache: bool) -> Vec<Generated> {
+    pub fn generate(
+        &self,
+        prompts: &[Vec<u32>],
+        max_new: usize,
+        stop: &[u32],
+        sampling: Sampling,
+        rng: &mut StdRng,
+        use_cache: bool,
+    ) -> Vec<Generated> {
         if use_cache {
-            return self.generate_from(&mut KvCache::default(), prompts, max_new, stop, sampling, rng);
+            return self.generate_from(
+                &mut KvCache::default(),
+                prompts,
+                max_new,
+                stop,
+                sampling,
+                rng,
+            );
         }
         let _guard = tch::no_grad_guard();
         let (b, device) = (prompts.len(), self.device());
         let width = prompts.iter().map(Vec::len).max().unwrap_or(0);
-        let (mut ids, mut valid): (Vec<Vec<i64>>, Vec<Vec<i64>>) = prompts.iter().map(|p| left_pad(p, width)).unzip();
+        let (mut ids, mut valid): (Vec<Vec<i64>>, Vec<Vec<i64>>) =
+            prompts.iter().map(|p| left_pad(p, width)).unzip();
         let mut out = vec![Generated::default(); b];
         let mut done = vec![false; b];
         for step in 0..max_new {
-            let hidden = self.hidden(&ids_tensor(&ids, device), &ids_tensor(&valid, device).to_kind(Kind::Bool), &mut KvCache::default()); // [B, T, D]
+            let hidden = self.hidden(
+                &ids_tensor(&ids, device),
+                &ids_tensor(&valid, device).to_kind(Kind::Bool),
+                &mut KvCache::default(),
+            ); // [B, T, D]
             let logits = self.head(&hidden.narrow(1, -1, 1)); // [B, 1, V]: only the last position is sampled from
             let (next, fresh) = sample_rows(&logits, &mut out, &mut done, stop, sampling, rng);
             if done.iter().all(|&d| d) || step + 1 == max_new {
@@ -537,12 +719,21 @@ impl TinyAgent {
     /// tokens are sampled. An agent's next turn thus feeds only the tool output
     /// and the tokens sampled last, not the whole conversation again. The cache
     /// records the real tokens it holds in `cache.tokens`.
-    pub fn generate_from(&self, cache: &mut KvCache, new: &[Vec<u32>], max_new: usize, stop: &[u32], sampling: Sampling, rng: &mut StdRng) -> Vec<Generated> {
+    pub fn generate_from(
+        &self,
+        cache: &mut KvCache,
+        new: &[Vec<u32>],
+        max_new: usize,
+        stop: &[u32],
+        sampling: Sampling,
+        rng: &mut StdRng,
+    ) -> Vec<Generated> {
         let _guard = tch::no_grad_guard();
         let (b, device) = (new.len(), self.device());
         cache.tokens.resize_with(b, Vec::new);
         let width = new.iter().map(Vec::len).max().unwrap_or(0);
-        let (ids, valid): (Vec<Vec<i64>>, Vec<Vec<i64>>) = new.iter().map(|p| left_pad(p, width)).unzip();
+        let (ids, valid): (Vec<Vec<i64>>, Vec<Vec<i64>>) =
+            new.iter().map(|p| left_pad(p, width)).unzip();
         for (row, chunk) in cache.tokens.iter_mut().zip(new) {
             row.extend(chunk);
         }
@@ -550,7 +741,11 @@ impl TinyAgent {
         let mut done = vec![false; b];
         // Only the last position is sampled from, so only it goes through the head.
         let last_logits = |hidden: Tensor| self.head(&hidden.narrow(1, -1, 1)); // [B, 1, V]
-        let mut logits = last_logits(self.hidden(&ids_tensor(&ids, device), &ids_tensor(&valid, device).to_kind(Kind::Bool), cache));
+        let mut logits = last_logits(self.hidden(
+            &ids_tensor(&ids, device),
+            &ids_tensor(&valid, device).to_kind(Kind::Bool),
+            cache,
+        ));
         for step in 0..max_new {
             let (next, fresh) = sample_rows(&logits, &mut out, &mut done, stop, sampling, rng);
             if done.iter().all(|&d| d) || step + 1 == max_new {
@@ -559,8 +754,13 @@ impl TinyAgent {
             for row in (0..b).filter(|&row| fresh[row] == 1) {
                 cache.tokens[row].push(next[row] as u32);
             }
-            let step_ids = Tensor::from_slice(&next).view([b as i64, 1]).to_device(device); // [B, 1]
-            let step_valid = Tensor::from_slice(&fresh).view([b as i64, 1]).to_device(device).to_kind(Kind::Bool);
+            let step_ids = Tensor::from_slice(&next)
+                .view([b as i64, 1])
+                .to_device(device); // [B, 1]
+            let step_valid = Tensor::from_slice(&fresh)
+                .view([b as i64, 1])
+                .to_device(device)
+                .to_kind(Kind::Bool);
             logits = last_logits(self.hidden(&step_ids, &step_valid, cache));
         }
         out
@@ -575,15 +775,24 @@ mod tests {
 
     fn tiny() -> TinyAgent {
         let _turn = crate::book::seeded(7);
-        TinyAgent::new(Config { vocab: 50, n_ctx: 64, d_model: 32, n_layer: 2, n_head: 4 }, Device::Cpu)
+        TinyAgent::new(
+            Config {
+                vocab: 50,
+                n_ctx: 64,
+                d_model: 32,
+                n_layer: 2,
+                n_head: 4,
+            },
+            Device::Cpu,
+        )
     }
 
     // ANCHOR: reference_test
     #[test]
     fn the_fused_kernel_computes_multi_head_attention() {
         let model = tiny(); // D = 32, n_head = 4, d_head = 8
-        // Larger query, key and value weights than at initialisation, so that the
-        // attention weights are far from uniform and a wrong scale or mask would show.
+                            // Larger query, key and value weights than at initialisation, so that the
+                            // attention weights are far from uniform and a wrong scale or mask would show.
         for (name, mut w) in model.vs.variables() {
             if name.ends_with("qkv.weight") {
                 tch::no_grad(|| w *= 10.0);
@@ -591,19 +800,36 @@ mod tests {
         }
         let mut rng = StdRng::seed_from_u64(5);
         let (b, t, d) = (3, 7, 32);
-        let xs: Vec<f64> = (0..b * t * d).map(|_| rng.random_range(-2.0..2.0)).collect();
+        let xs: Vec<f64> = (0..b * t * d)
+            .map(|_| rng.random_range(-2.0..2.0))
+            .collect();
         let x = Tensor::from_slice(&xs).view([b, t, d]).to_kind(REAL); // [B, T, D]
-        // Row 0 has no padding, row 1 is left-padded (as in generation), row 2 right-padded (as in pretraining).
-        let valid = Tensor::from_slice(&[1i64, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]).view([b, t]).to_kind(Kind::Bool); // [B, T]
-        // The whole batch (an explicit mask) and row 0 alone (the kernel's causal flag, no mask).
-        for (x, valid) in [(x.shallow_clone(), valid.shallow_clone()), (x.narrow(0, 0, 1), valid.narrow(0, 0, 1))] {
+                                                                       // Row 0 has no padding, row 1 is left-padded (as in generation), row 2 right-padded (as in pretraining).
+        let valid = Tensor::from_slice(&[
+            1i64, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0,
+        ])
+        .view([b, t])
+        .to_kind(Kind::Bool); // [B, T]
+                              // The whole batch (an explicit mask) and row 0 alone (the kernel's causal flag, no mask).
+        for (x, valid) in [
+            (x.shallow_clone(), valid.shallow_clone()),
+            (x.narrow(0, 0, 1), valid.narrow(0, 0, 1)),
+        ] {
             for layer in 0..2 {
                 let fused = model.attention(layer, &x, &valid, Attention::Fused); // [B, T, D]
                 let reference = model.attention(layer, &x, &valid, Attention::Reference); // [B, T, D]
-                // Compared at the real tokens: nothing reads a padding position's output.
-                let gap = ((&fused - &reference).abs() * valid.unsqueeze(-1)).max().double_value(&[]);
-                assert!(gap < 1e-10, "layer {layer}: fused and reference attention differ by {gap}");
-                assert!(reference.abs().max().double_value(&[]) > 0.1, "the outputs are not all near zero");
+                                                                                          // Compared at the real tokens: nothing reads a padding position's output.
+                let gap = ((&fused - &reference).abs() * valid.unsqueeze(-1))
+                    .max()
+                    .double_value(&[]);
+                assert!(
+                    gap < 1e-10,
+                    "layer {layer}: fused and reference attention differ by {gap}"
+                );
+                assert!(
+                    reference.abs().max().double_value(&[]) > 0.1,
+                    "the outputs are not all near zero"
+                );
             }
         }
     }
@@ -613,10 +839,13 @@ mod tests {
     fn cached_logits_match_recomputed_logits() {
         let model = tiny();
         let ids = Tensor::from_slice(&[5i64, 6, 7, 8, 9, 10, 0, 0, 11, 12, 13, 14]).view([2, 6]);
-        let valid = Tensor::from_slice(&[1i64, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1]).view([2, 6]).to_kind(Kind::Bool);
+        let valid = Tensor::from_slice(&[1i64, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1])
+            .view([2, 6])
+            .to_kind(Kind::Bool);
         let full = model.logits(&ids, &valid); // [2, 6, V]
         let mut cache = KvCache::default();
-        let mut pieces = vec![model.forward(&ids.narrow(1, 0, 3), &valid.narrow(1, 0, 3), &mut cache)];
+        let mut pieces =
+            vec![model.forward(&ids.narrow(1, 0, 3), &valid.narrow(1, 0, 3), &mut cache)];
         for i in 3..6 {
             pieces.push(model.forward(&ids.narrow(1, i, 1), &valid.narrow(1, i, 1), &mut cache));
         }
@@ -629,12 +858,20 @@ mod tests {
     #[test]
     fn left_padding_does_not_change_a_sequence() {
         let model = tiny();
-        let alone = model.logits(&Tensor::from_slice(&[11i64, 12, 13, 14]).view([1, 4]), &Tensor::ones([1, 4], (Kind::Bool, Device::Cpu)));
+        let alone = model.logits(
+            &Tensor::from_slice(&[11i64, 12, 13, 14]).view([1, 4]),
+            &Tensor::ones([1, 4], (Kind::Bool, Device::Cpu)),
+        );
         let padded = model.logits(
             &Tensor::from_slice(&[0i64, 0, 11, 12, 13, 14]).view([1, 6]),
-            &Tensor::from_slice(&[0i64, 0, 1, 1, 1, 1]).view([1, 6]).to_kind(Kind::Bool),
+            &Tensor::from_slice(&[0i64, 0, 1, 1, 1, 1])
+                .view([1, 6])
+                .to_kind(Kind::Bool),
         );
-        let gap = (alone - padded.narrow(1, 2, 4)).abs().max().double_value(&[]);
+        let gap = (alone - padded.narrow(1, 2, 4))
+            .abs()
+            .max()
+            .double_value(&[]);
         assert!(gap < 1e-5, "padding changed the logits by {gap}");
     }
 
@@ -652,10 +889,16 @@ mod tests {
         }
         for (count, p) in counts.iter().zip([0.1, 0.2, 0.7]) {
             let sd = (p * (1.0 - p) / n as f64).sqrt();
-            assert!((*count as f64 / n as f64 - p).abs() < 4.0 * sd, "{counts:?}");
+            assert!(
+                (*count as f64 / n as f64 - p).abs() < 4.0 * sd,
+                "{counts:?}"
+            );
         }
         // top_p = 0.8 keeps 0.7 and 0.2 and renormalises them.
-        let nucleus = Sampling { temperature: 1.0, top_p: 0.8 };
+        let nucleus = Sampling {
+            temperature: 1.0,
+            top_p: 0.8,
+        };
         for _ in 0..1000 {
             let (token, logprob) = nucleus.draw(&logits, &mut rng);
             assert_ne!(token, 0);
@@ -669,8 +912,22 @@ mod tests {
     fn generation_with_and_without_cache_agree() {
         let model = tiny();
         let prompts = vec![vec![3u32, 4, 5], vec![6u32, 7, 8, 9, 10]];
-        let with = model.generate(&prompts, 12, &[1], Sampling::PURE, &mut StdRng::seed_from_u64(3), true);
-        let without = model.generate(&prompts, 12, &[1], Sampling::PURE, &mut StdRng::seed_from_u64(3), false);
+        let with = model.generate(
+            &prompts,
+            12,
+            &[1],
+            Sampling::PURE,
+            &mut StdRng::seed_from_u64(3),
+            true,
+        );
+        let without = model.generate(
+            &prompts,
+            12,
+            &[1],
+            Sampling::PURE,
+            &mut StdRng::seed_from_u64(3),
+            false,
+        );
         for (a, b) in with.iter().zip(&without) {
             assert_eq!(a.tokens, b.tokens);
             for (x, y) in a.logprobs.iter().zip(&b.logprobs) {
@@ -679,10 +936,22 @@ mod tests {
         }
         // The sampling log-probs are the model's own: recompute them with one forward pass.
         let row = &with[1];
-        let seq: Vec<i64> = prompts[1].iter().chain(&row.tokens).map(|&t| t as i64).collect();
+        let seq: Vec<i64> = prompts[1]
+            .iter()
+            .chain(&row.tokens)
+            .map(|&t| t as i64)
+            .collect();
         let n = seq.len() as i64;
-        let recomputed = model.token_logprobs(&Tensor::from_slice(&seq).view([1, n]), &Tensor::ones([1, n], (Kind::Bool, Device::Cpu)));
-        let tail = Vec::<f64>::try_from(recomputed.view([-1]).narrow(0, prompts[1].len() as i64 - 1, row.tokens.len() as i64)).unwrap();
+        let recomputed = model.token_logprobs(
+            &Tensor::from_slice(&seq).view([1, n]),
+            &Tensor::ones([1, n], (Kind::Bool, Device::Cpu)),
+        );
+        let tail = Vec::<f64>::try_from(recomputed.view([-1]).narrow(
+            0,
+            prompts[1].len() as i64 - 1,
+            row.tokens.len() as i64,
+        ))
+        .unwrap();
         for (x, y) in tail.iter().zip(&row.logprobs) {
             assert!((x - y).abs() < 1e-4, "{tail:?} vs {:?}", row.logprobs);
         }
@@ -690,16 +959,47 @@ mod tests {
 
     /// Continue `cache` with `contexts` (each extending the row it holds) and
     /// compare with a full recomputation of the same contexts.
-    fn continue_and_compare(model: &TinyAgent, cache: &mut KvCache, contexts: &[Vec<u32>], seed: u64) -> Vec<Generated> {
-        let new: Vec<Vec<u32>> = contexts.iter().zip(&cache.tokens).map(|(c, held)| {
-            assert!(c.starts_with(held));
-            c[held.len()..].to_vec()
-        }).collect();
-        let cached = model.generate_from(cache, &new, 6, &[1], Sampling::PURE, &mut StdRng::seed_from_u64(seed));
-        let full = model.generate(contexts, 6, &[1], Sampling::PURE, &mut StdRng::seed_from_u64(seed), false);
+    fn continue_and_compare(
+        model: &TinyAgent,
+        cache: &mut KvCache,
+        contexts: &[Vec<u32>],
+        seed: u64,
+    ) -> Vec<Generated> {
+        let new: Vec<Vec<u32>> = contexts
+            .iter()
+            .zip(&cache.tokens)
+            .map(|(c, held)| {
+                assert!(c.starts_with(held));
+                c[held.len()..].to_vec()
+            })
+            .collect();
+        let cached = model.generate_from(
+            cache,
+            &new,
+            6,
+            &[1],
+            Sampling::PURE,
+            &mut StdRng::seed_from_u64(seed),
+        );
+        let full = model.generate(
+            contexts,
+            6,
+            &[1],
+            Sampling::PURE,
+            &mut StdRng::seed_from_u64(seed),
+            false,
+        );
         for (a, b) in cached.iter().zip(&full) {
             assert_eq!(a.tokens, b.tokens);
-            assert!(a.logprobs.iter().zip(&b.logprobs).all(|(x, y)| (x - y).abs() < 1e-9), "{:?} vs {:?}", a.logprobs, b.logprobs);
+            assert!(
+                a.logprobs
+                    .iter()
+                    .zip(&b.logprobs)
+                    .all(|(x, y)| (x - y).abs() < 1e-9),
+                "{:?} vs {:?}",
+                a.logprobs,
+                b.logprobs
+            );
         }
         cached
     }
@@ -708,7 +1008,11 @@ mod tests {
     fn a_cache_carried_across_turns_gives_what_the_whole_conversation_gives() {
         let model = tiny();
         let mut cache = KvCache::default();
-        let mut contexts = vec![vec![3u32, 4, 5], vec![6u32, 7, 8, 9, 10, 11, 12], vec![13u32]];
+        let mut contexts = vec![
+            vec![3u32, 4, 5],
+            vec![6u32, 7, 8, 9, 10, 11, 12],
+            vec![13u32],
+        ];
         cache.tokens = vec![vec![]; 3];
         for turn in 0..3u32 {
             let generated = continue_and_compare(&model, &mut cache, &contexts, 10 + turn as u64);
@@ -734,12 +1038,15 @@ mod tests {
     #[test]
     fn a_checkpoint_reloads_identically() {
         let model = tiny();
-        let path = std::env::temp_dir().join(format!("tinyagent-{}.safetensors", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("tinyagent-{}.safetensors", std::process::id()));
         model.save(&path).unwrap();
         let again = TinyAgent::load(model.config, &path, Device::Cpu).unwrap(); // initialises (taking the generator turn), then loads
         std::fs::remove_file(&path).ok();
         let ids = Tensor::from_slice(&[1i64, 2, 3]).view([1, 3]);
         let valid = Tensor::ones([1, 3], (Kind::Bool, Device::Cpu));
-        assert!(model.logits(&ids, &valid).equal(&again.logits(&ids, &valid)));
+        assert!(model
+            .logits(&ids, &valid)
+            .equal(&again.logits(&ids, &valid)));
     }
 }

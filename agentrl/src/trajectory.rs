@@ -46,20 +46,43 @@ impl Trajectory {
                 logprobs.extend(std::iter::repeat_n(0.0, segment.ids.len()));
             }
         }
-        Trajectory { task: played.task, ids, owners, logprobs, reward: played.reward, info: played.info }
+        Trajectory {
+            task: played.task,
+            ids,
+            owners,
+            logprobs,
+            reward: played.reward,
+            info: played.info,
+        }
     }
 
     /// A transcript that no model sampled (a scripted policy's, say), encoded
     /// with the chat template; its log-probs are unknown and left at 0.
-    pub fn from_transcript(bpe: &Bpe, task: usize, transcript: &[(Owner, String)], reward: f64, info: Info) -> Trajectory {
+    pub fn from_transcript(
+        bpe: &Bpe,
+        task: usize,
+        transcript: &[(Owner, String)],
+        reward: f64,
+        info: Info,
+    ) -> Trajectory {
         let (ids, owners) = bpe.encode_transcript(transcript);
         let logprobs = vec![0.0; ids.len()];
-        Trajectory { task, ids, owners, logprobs, reward, info }
+        Trajectory {
+            task,
+            ids,
+            owners,
+            logprobs,
+            reward,
+            info,
+        }
     }
 
     /// 1 where the policy sampled the token: the only places a policy loss may look.
     pub fn action_mask(&self) -> Vec<bool> {
-        self.owners.iter().map(|&owner| owner == Owner::Policy).collect()
+        self.owners
+            .iter()
+            .map(|&owner| owner == Owner::Policy)
+            .collect()
     }
 }
 // ANCHOR_END: trajectory
@@ -68,22 +91,31 @@ impl Trajectory {
 /// Trajectories padded on the right into tensors of one shape.
 #[derive(Debug)]
 pub struct Batch {
-    pub ids: Tensor,       // [B, T] i64, 0 (`<|pad|>`) after the end
-    pub valid: Tensor,     // [B, T] bool, real tokens
-    pub mask: Tensor,      // [B, T] f64, 1 on tokens the policy sampled
-    pub logprobs: Tensor,  // [B, T] f64, sampling log-probs (0 off the mask)
-    pub rewards: Tensor,   // [B] f64
+    pub ids: Tensor,      // [B, T] i64, 0 (`<|pad|>`) after the end
+    pub valid: Tensor,    // [B, T] bool, real tokens
+    pub mask: Tensor,     // [B, T] f64, 1 on tokens the policy sampled
+    pub logprobs: Tensor, // [B, T] f64, sampling log-probs (0 off the mask)
+    pub rewards: Tensor,  // [B] f64
 }
 
 /// Pad `trajectories` to the longest one.
 pub fn collate(trajectories: &[Trajectory], device: Device) -> Batch {
-    let (b, t) = (trajectories.len(), trajectories.iter().map(|tr| tr.ids.len()).max().unwrap_or(0));
+    let (b, t) = (
+        trajectories.len(),
+        trajectories
+            .iter()
+            .map(|tr| tr.ids.len())
+            .max()
+            .unwrap_or(0),
+    );
     let mut ids = vec![0i64; b * t];
     let mut valid = vec![false; b * t];
     let mut mask = vec![0f64; b * t];
     let mut logprobs = vec![0f64; b * t];
     for (row, tr) in trajectories.iter().enumerate() {
-        for (col, ((&id, &owner), &logprob)) in tr.ids.iter().zip(&tr.owners).zip(&tr.logprobs).enumerate() {
+        for (col, ((&id, &owner), &logprob)) in
+            tr.ids.iter().zip(&tr.owners).zip(&tr.logprobs).enumerate()
+        {
             let at = row * t + col;
             (ids[at], valid[at], logprobs[at]) = (id as i64, true, logprob);
             mask[at] = if owner == Owner::Policy { 1.0 } else { 0.0 };
@@ -128,7 +160,11 @@ pub struct LogprobGap {
 /// (`recomputed`, [B, T], e.g. from `policy_logprobs`) must equal the one
 /// stored at sampling time, up to `tolerance`. `Ok` carries the measured gap;
 /// `Err` says how far apart the two are.
-pub fn check_logprobs(recomputed: &Tensor, batch: &Batch, tolerance: f64) -> Result<LogprobGap, String> {
+pub fn check_logprobs(
+    recomputed: &Tensor,
+    batch: &Batch,
+    tolerance: f64,
+) -> Result<LogprobGap, String> {
     let diff = (recomputed - &batch.logprobs) * &batch.mask; // [B, T], 0 off the mask
     let tokens = batch.mask.sum(REAL).double_value(&[]);
     let gap = LogprobGap {
@@ -157,7 +193,10 @@ pub fn policy_logprobs_at(model: &TinyAgent, batch: &Batch, temperature: f64) ->
     let (b, t) = batch.ids.size2().unwrap();
     let logits = model.logits(&batch.ids, &batch.valid).narrow(1, 0, t - 1) / temperature; // [B, T-1, V]
     let next = batch.ids.narrow(1, 1, t - 1).unsqueeze(-1); // [B, T-1, 1]
-    let logp = logits.log_softmax(-1, REAL).gather(-1, &next, false).squeeze_dim(-1); // [B, T-1]
+    let logp = logits
+        .log_softmax(-1, REAL)
+        .gather(-1, &next, false)
+        .squeeze_dim(-1); // [B, T-1]
     Tensor::cat(&[Tensor::zeros([b, 1], (REAL, logp.device())), logp], 1) // [B, T]
 }
 // ANCHOR_END: tempered
@@ -191,7 +230,13 @@ pub fn token_strip_svg(path: &Path, trajectory: &Trajectory, title: &str) -> Res
     let area = SVGBackend::new(path, (width as u32, height as u32)).into_drawing_area();
     let fail = |err: &dyn std::fmt::Display| format!("cannot draw {}: {err}", path.display());
     area.fill(&WHITE).map_err(|e| fail(&e))?;
-    let text = |s: &str, x: i32, y: i32| Text::new(s.to_string(), (x, y), ("sans-serif", 15).into_font().color(&BLACK));
+    let text = |s: &str, x: i32, y: i32| {
+        Text::new(
+            s.to_string(),
+            (x, y),
+            ("sans-serif", 15).into_font().color(&BLACK),
+        )
+    };
     area.draw(&text(title, 20, 10)).map_err(|e| fail(&e))?;
     let colour = |owner: Owner| match owner {
         Owner::Prompt => series_colour(0),
@@ -199,17 +244,41 @@ pub fn token_strip_svg(path: &Path, trajectory: &Trajectory, title: &str) -> Res
         Owner::Env => series_colour(2),
     };
     for (i, &owner) in trajectory.owners.iter().enumerate() {
-        let (x, y) = (20 + (i % COLUMNS) as i32 * CELL, 40 + (i / COLUMNS) as i32 * CELL);
+        let (x, y) = (
+            20 + (i % COLUMNS) as i32 * CELL,
+            40 + (i / COLUMNS) as i32 * CELL,
+        );
         let corners = [(x + 2, y + 2), (x + CELL - 2, y + CELL - 2)];
-        let style = if owner == Owner::Policy { colour(owner).filled() } else { colour(owner).stroke_width(2) };
-        area.draw(&Rectangle::new(corners, style)).map_err(|e| fail(&e))?;
+        let style = if owner == Owner::Policy {
+            colour(owner).filled()
+        } else {
+            colour(owner).stroke_width(2)
+        };
+        area.draw(&Rectangle::new(corners, style))
+            .map_err(|e| fail(&e))?;
     }
     let legend_y = 40 + rows * CELL + 20;
-    for (k, (owner, label)) in [(Owner::Prompt, "issue (mask 0)"), (Owner::Policy, "policy, sampled (mask 1)"), (Owner::Env, "tool output and role tokens (mask 0)")].into_iter().enumerate() {
+    for (k, (owner, label)) in [
+        (Owner::Prompt, "issue (mask 0)"),
+        (Owner::Policy, "policy, sampled (mask 1)"),
+        (Owner::Env, "tool output and role tokens (mask 0)"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let x = 20 + k as i32 * 260;
-        let style = if owner == Owner::Policy { colour(owner).filled() } else { colour(owner).stroke_width(2) };
-        area.draw(&Rectangle::new([(x, legend_y), (x + 16, legend_y + 16)], style)).map_err(|e| fail(&e))?;
-        area.draw(&text(label, x + 24, legend_y)).map_err(|e| fail(&e))?;
+        let style = if owner == Owner::Policy {
+            colour(owner).filled()
+        } else {
+            colour(owner).stroke_width(2)
+        };
+        area.draw(&Rectangle::new(
+            [(x, legend_y), (x + 16, legend_y + 16)],
+            style,
+        ))
+        .map_err(|e| fail(&e))?;
+        area.draw(&text(label, x + 24, legend_y))
+            .map_err(|e| fail(&e))?;
     }
     area.present().map_err(|e| fail(&e))
 }
@@ -221,7 +290,14 @@ pub(crate) fn toy(actions: [u32; 3]) -> Trajectory {
     Trajectory {
         task: 0,
         ids: vec![1, 2, actions[0], actions[1], 3, actions[2]],
-        owners: vec![Owner::Prompt, Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy],
+        owners: vec![
+            Owner::Prompt,
+            Owner::Prompt,
+            Owner::Policy,
+            Owner::Policy,
+            Owner::Env,
+            Owner::Policy,
+        ],
         logprobs: vec![0.0; 6],
         reward: 0.0,
         info: Default::default(),
@@ -234,7 +310,7 @@ mod tests {
     use crate::agent::LmPolicy;
     use crate::gym::Gym;
     use crate::pretrain::corpus;
-use crate::rollout::play;
+    use crate::rollout::play;
     use crate::tinyagent::{Config, Sampling};
     use crate::tokenizer::render;
     use rand::rngs::StdRng;
@@ -245,56 +321,134 @@ use crate::rollout::play;
         let tasks = gym.held_out[..6].to_vec();
         let transcripts = corpus(&tasks, 30, 0);
         let bpe = Bpe::train(transcripts.iter().map(|t| render(t)), 400).unwrap();
-        let model = { let _turn = crate::book::seeded(1); TinyAgent::new(Config { vocab: bpe.vocab_size() as i64, n_ctx: 512, d_model: 32, n_layer: 2, n_head: 4 }, Device::Cpu) };
+        let model = {
+            let _turn = crate::book::seeded(1);
+            TinyAgent::new(
+                Config {
+                    vocab: bpe.vocab_size() as i64,
+                    n_ctx: 512,
+                    d_model: 32,
+                    n_layer: 2,
+                    n_head: 4,
+                },
+                Device::Cpu,
+            )
+        };
         (tasks, bpe, model)
     }
 
     #[test]
     fn sampling_logprobs_equal_recomputed_logprobs_on_the_mask() {
         let (tasks, bpe, model) = setup();
-        let policy = LmPolicy { model: &model, bpe: &bpe, sampling: Sampling::PURE, max_action_tokens: 5 };
-        let played = play(&policy, &tasks, &[0, 1, 2, 3, 4, 5], 3, &mut StdRng::seed_from_u64(0));
+        let policy = LmPolicy {
+            model: &model,
+            bpe: &bpe,
+            sampling: Sampling::PURE,
+            max_action_tokens: 5,
+        };
+        let played = play(
+            &policy,
+            &tasks,
+            &[0, 1, 2, 3, 4, 5],
+            3,
+            &mut StdRng::seed_from_u64(0),
+        );
         let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
         for (tr, p) in trajectories.iter().zip(&played) {
             assert_eq!(tr.ids, p.ids());
-            assert_eq!(tr.action_mask().iter().filter(|&&m| m).count(), p.segments.iter().filter(|s| s.owner == Owner::Policy).map(|s| s.ids.len()).sum::<usize>());
+            assert_eq!(
+                tr.action_mask().iter().filter(|&&m| m).count(),
+                p.segments
+                    .iter()
+                    .filter(|s| s.owner == Owner::Policy)
+                    .map(|s| s.ids.len())
+                    .sum::<usize>()
+            );
         }
         let batch = collate(&trajectories, Device::Cpu);
         let recomputed = policy_logprobs(&model, &batch);
         let gap = check_logprobs(&recomputed, &batch, 1e-4).unwrap();
-        assert!((gap.mean_ratio - 1.0).abs() < 1e-4, "mean ratio {}", gap.mean_ratio);
+        assert!(
+            (gap.mean_ratio - 1.0).abs() < 1e-4,
+            "mean ratio {}",
+            gap.mean_ratio
+        );
         // Off the mask the stored log-probs are 0, and padding is not valid.
-        assert_eq!((&batch.logprobs * (batch.mask.ones_like() - &batch.mask)).abs().sum(REAL).double_value(&[]), 0.0);
+        assert_eq!(
+            (&batch.logprobs * (batch.mask.ones_like() - &batch.mask))
+                .abs()
+                .sum(REAL)
+                .double_value(&[]),
+            0.0
+        );
         let lengths: Vec<i64> = trajectories.iter().map(|t| t.ids.len() as i64).collect();
-        assert_eq!(Vec::<i64>::try_from(batch.valid.sum_dim_intlist(1, false, tch::Kind::Int64)).unwrap(), lengths);
+        assert_eq!(
+            Vec::<i64>::try_from(batch.valid.sum_dim_intlist(1, false, tch::Kind::Int64)).unwrap(),
+            lengths
+        );
     }
 
     #[test]
     fn the_logprob_check_fails_on_a_temperature_mismatch_and_passes_when_scored_alike() {
         let (tasks, bpe, model) = setup();
-        let cool = Sampling { temperature: 0.5, top_p: 1.0 };
-        let policy = LmPolicy { model: &model, bpe: &bpe, sampling: cool, max_action_tokens: 5 };
-        let played = play(&policy, &tasks, &[0, 1, 2, 3, 4, 5], 3, &mut StdRng::seed_from_u64(0));
+        let cool = Sampling {
+            temperature: 0.5,
+            top_p: 1.0,
+        };
+        let policy = LmPolicy {
+            model: &model,
+            bpe: &bpe,
+            sampling: cool,
+            max_action_tokens: 5,
+        };
+        let played = play(
+            &policy,
+            &tasks,
+            &[0, 1, 2, 3, 4, 5],
+            3,
+            &mut StdRng::seed_from_u64(0),
+        );
         let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
         let batch = collate(&trajectories, Device::Cpu);
         let plain = policy_logprobs(&model, &batch); // [B, T], temperature 1
         let err = check_logprobs(&plain, &batch, 1e-4).unwrap_err();
         assert!(err.contains("max |gap|"), "{err}");
-        let gap = ((&plain - &batch.logprobs) * &batch.mask).abs().max().double_value(&[]);
-        assert!(gap > 1e-2, "a temperature of 0.5 should move some log-prob by more than 0.01, not {gap}");
+        let gap = ((&plain - &batch.logprobs) * &batch.mask)
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert!(
+            gap > 1e-2,
+            "a temperature of 0.5 should move some log-prob by more than 0.01, not {gap}"
+        );
         let scored = policy_logprobs_at(&model, &batch, cool.temperature); // [B, T]
         let ok = check_logprobs(&scored, &batch, 1e-4).unwrap();
         assert!(ok.max_abs < 1e-4 && (ok.mean_ratio - 1.0).abs() < 1e-4);
-        assert_eq!(ok.tokens, trajectories.iter().map(|t| t.action_mask().iter().filter(|&&m| m).count()).sum::<usize>());
+        assert_eq!(
+            ok.tokens,
+            trajectories
+                .iter()
+                .map(|t| t.action_mask().iter().filter(|&&m| m).count())
+                .sum::<usize>()
+        );
         // At temperature 1 the scaled recompute is the plain one.
-        assert!((policy_logprobs_at(&model, &batch, 1.0) - &plain).abs().max().double_value(&[]) < 1e-12);
+        assert!(
+            (policy_logprobs_at(&model, &batch, 1.0) - &plain)
+                .abs()
+                .max()
+                .double_value(&[])
+                < 1e-12
+        );
     }
 
     #[test]
     fn the_masked_loss_ignores_the_environment_tokens() {
         let (tasks, bpe, model) = setup();
         let transcripts = corpus(&tasks, 4, 3);
-        let trajectories: Vec<Trajectory> = transcripts.iter().map(|t| Trajectory::from_transcript(&bpe, 0, t, 0.0, Info::default())).collect();
+        let trajectories: Vec<Trajectory> = transcripts
+            .iter()
+            .map(|t| Trajectory::from_transcript(&bpe, 0, t, 0.0, Info::default()))
+            .collect();
         let batch = collate(&trajectories, Device::Cpu);
         let loss = weighted_nll(&model, &batch, &batch.mask);
         // Changing an environment token after the last action cannot change the masked loss
@@ -305,11 +459,19 @@ use crate::rollout::play;
             assert_ne!(tr.owners[last], Owner::Policy);
             tr.ids[last] = 7;
         }
-        let again = weighted_nll(&model, &collate(&changed, Device::Cpu), &collate(&changed, Device::Cpu).mask);
+        let again = weighted_nll(
+            &model,
+            &collate(&changed, Device::Cpu),
+            &collate(&changed, Device::Cpu).mask,
+        );
         assert!((loss.double_value(&[]) - again.double_value(&[])).abs() < 1e-6);
         let everything = collate(&trajectories, Device::Cpu);
         let all = weighted_nll(&model, &everything, &everything.valid.to_kind(REAL));
-        let all_changed = weighted_nll(&model, &collate(&changed, Device::Cpu), &collate(&changed, Device::Cpu).valid.to_kind(REAL));
+        let all_changed = weighted_nll(
+            &model,
+            &collate(&changed, Device::Cpu),
+            &collate(&changed, Device::Cpu).valid.to_kind(REAL),
+        );
         assert!((all.double_value(&[]) - all_changed.double_value(&[])).abs() > 1e-6);
     }
 

@@ -11,10 +11,28 @@ fn child() -> PathBuf {
 
 #[test]
 fn the_child_process_runner_keeps_every_property_under_fuzzing() {
-    let config = FuzzConfig { seed: 5, threads: 2, child: child() };
-    let report = fuzz(Target::ProcessRunner, 400, &config, &Pools::standard(), &|_| {});
-    assert!(report.properties_hold(), "{:#?}", report.findings.iter().take(3).collect::<Vec<_>>());
-    assert!(report.outcomes.len() >= 4, "too few kinds of outcome: {:?}", report.outcomes);
+    let config = FuzzConfig {
+        seed: 5,
+        threads: 2,
+        child: child(),
+    };
+    let report = fuzz(
+        Target::ProcessRunner,
+        400,
+        &config,
+        &Pools::standard(),
+        &|_| {},
+    );
+    assert!(
+        report.properties_hold(),
+        "{:#?}",
+        report.findings.iter().take(3).collect::<Vec<_>>()
+    );
+    assert!(
+        report.outcomes.len() >= 4,
+        "too few kinds of outcome: {:?}",
+        report.outcomes
+    );
 }
 
 #[test]

@@ -3,7 +3,10 @@
 //! the in-process gym, and every misbehaving connection the server must survive.
 
 use agentrl::gym::task_zero;
-use agentrl::service::{demo_exchange, demo_load, run_load, serve, Client, Config, ServerHandle, MAX_BODY_BYTES, OPENENV_VERSION};
+use agentrl::service::{
+    demo_exchange, demo_load, run_load, serve, Client, Config, ServerHandle, MAX_BODY_BYTES,
+    OPENENV_VERSION,
+};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -16,7 +19,10 @@ use tungstenite::Message;
 const SETUP_HINT: &str = "run `cargo xtask setup` to create .venv with the OpenEnv client";
 
 fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("agentrl sits in the workspace").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("agentrl sits in the workspace")
+        .to_path_buf()
 }
 
 /// Kill a child process we started when the test ends, however it ends.
@@ -44,15 +50,39 @@ fn wait_bounded(child: &mut Child, limit: Duration) -> Option<std::process::Exit
 #[test]
 fn the_openenv_python_client_plays_an_oracle_episode() {
     let python = workspace_root().join(".venv/bin/python");
-    assert!(python.exists(), "{} is missing: {SETUP_HINT}", python.display());
-    let probe = Command::new(&python).args(["-c", "from openenv.core.generic_client import GenericEnvClient"]).output().expect("python runs");
-    assert!(probe.status.success(), "the OpenEnv client does not import ({}): {SETUP_HINT}", String::from_utf8_lossy(&probe.stderr).trim());
+    assert!(
+        python.exists(),
+        "{} is missing: {SETUP_HINT}",
+        python.display()
+    );
+    let probe = Command::new(&python)
+        .args([
+            "-c",
+            "from openenv.core.generic_client import GenericEnvClient",
+        ])
+        .output()
+        .expect("python runs");
+    assert!(
+        probe.status.success(),
+        "the OpenEnv client does not import ({}): {SETUP_HINT}",
+        String::from_utf8_lossy(&probe.stderr).trim()
+    );
 
-    let server = Command::new(env!("CARGO_BIN_EXE_gym-server")).args(["--port", "0", "--quiet"]).stdout(Stdio::piped()).spawn().expect("gym-server starts");
+    let server = Command::new(env!("CARGO_BIN_EXE_gym-server"))
+        .args(["--port", "0", "--quiet"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("gym-server starts");
     let mut server = Child(server);
     let mut first = String::new();
-    BufReader::new(server.0.stdout.take().unwrap()).read_line(&mut first).expect("gym-server prints its address");
-    let url = first.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("no URL in {first:?}")).to_string();
+    BufReader::new(server.0.stdout.take().unwrap())
+        .read_line(&mut first)
+        .expect("gym-server prints its address");
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {first:?}"))
+        .to_string();
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openenv_client.py");
     let client = Command::new(&python)
@@ -63,13 +93,32 @@ fn the_openenv_python_client_plays_an_oracle_episode() {
         .spawn()
         .expect("python runs");
     let mut client = Child(client);
-    let status = wait_bounded(&mut client, Duration::from_secs(120)).expect("the Python client finished within two minutes");
+    let status = wait_bounded(&mut client, Duration::from_secs(120))
+        .expect("the Python client finished within two minutes");
     let (mut out, mut err) = (String::new(), String::new());
-    client.0.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    client.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    client
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    client
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     eprintln!("{}", out.trim());
-    assert!(status.success(), "the OpenEnv client's checks failed:\n{out}\n{err}");
-    assert!(out.contains("oracle episode reward 1.0, done True"), "{out}");
+    assert!(
+        status.success(),
+        "the OpenEnv client's checks failed:\n{out}\n{err}"
+    );
+    assert!(
+        out.contains("oracle episode reward 1.0, done True"),
+        "{out}"
+    );
 }
 
 /// The load test: 32 clients at once, 20 episodes each (oracle and seeded
@@ -77,7 +126,14 @@ fn the_openenv_python_client_plays_an_oracle_episode() {
 #[test]
 fn thirty_two_concurrent_clients_get_what_the_in_process_gym_gives() {
     let (clients, episodes) = (32, 20);
-    let server = serve("127.0.0.1:0", Config { max_sessions: clients, ..Config::default() }).unwrap();
+    let server = serve(
+        "127.0.0.1:0",
+        Config {
+            max_sessions: clients,
+            ..Config::default()
+        },
+    )
+    .unwrap();
     let report = run_load(server.addr(), clients, episodes, 7);
     let t = &report.timing;
     eprintln!(
@@ -85,10 +141,16 @@ fn thirty_two_concurrent_clients_get_what_the_in_process_gym_gives() {
         report.steps, t.seconds, t.steps_per_second, t.step_p50_ms, t.step_p90_ms, t.step_p99_ms
     );
     assert_eq!(report.episodes_started, clients * episodes, "{report:?}");
-    assert_eq!(report.episodes_completed, report.episodes_started, "{report:?}");
+    assert_eq!(
+        report.episodes_completed, report.episodes_started,
+        "{report:?}"
+    );
     assert_eq!((report.errors, report.mismatches), (0, 0), "{report:?}");
     // The oracle plays every even episode and always succeeds.
-    assert!(report.total_reward >= (clients * episodes / 2) as f64, "{report:?}");
+    assert!(
+        report.total_reward >= (clients * episodes / 2) as f64,
+        "{report:?}"
+    );
     let stats = wait_for(&server, |s| s.active_sessions == 0);
     assert_eq!(stats.episodes_completed, (clients * episodes) as u64);
     assert_eq!(stats.steps, report.steps as u64);
@@ -97,7 +159,10 @@ fn thirty_two_concurrent_clients_get_what_the_in_process_gym_gives() {
     // Same seeds, same counts.
     let again = run_load(server.addr(), 4, 3, 7);
     let once_more = run_load(server.addr(), 4, 3, 7);
-    assert_eq!((again.steps, again.total_reward), (once_more.steps, once_more.total_reward));
+    assert_eq!(
+        (again.steps, again.total_reward),
+        (once_more.steps, once_more.total_reward)
+    );
 }
 
 /// What the chapter prints: the same counts on every run, and the exact replies.
@@ -105,7 +170,16 @@ fn thirty_two_concurrent_clients_get_what_the_in_process_gym_gives() {
 fn the_chapters_demonstrations_are_deterministic() {
     let (a, b) = (demo_load(8, 5), demo_load(8, 5));
     assert_eq!(a.to_string(), b.to_string());
-    assert_eq!((a.episodes_started, a.episodes_completed, a.errors, a.mismatches), (40, 40, 0, 0), "{a}");
+    assert_eq!(
+        (
+            a.episodes_started,
+            a.episodes_completed,
+            a.errors,
+            a.mismatches
+        ),
+        (40, 40, 0, 0),
+        "{a}"
+    );
     eprintln!("{a}");
     for exchange in demo_exchange() {
         eprintln!("> {}\n< {}", exchange.request, exchange.reply);
@@ -117,12 +191,20 @@ fn the_chapters_demonstrations_are_deterministic() {
 // ---------------------------------------------------------------------------
 
 fn quick_server(max_sessions: usize) -> ServerHandle {
-    let config = Config { max_sessions, idle_timeout: Duration::from_secs(1), request_timeout: Duration::from_secs(1), ..Config::default() };
+    let config = Config {
+        max_sessions,
+        idle_timeout: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(1),
+        ..Config::default()
+    };
     serve("127.0.0.1:0", config).unwrap()
 }
 
 /// Poll the server's counters until `done` holds (at most 10 s; no timing is asserted).
-fn wait_for(server: &ServerHandle, done: impl Fn(&agentrl::service::Stats) -> bool) -> agentrl::service::Stats {
+fn wait_for(
+    server: &ServerHandle,
+    done: impl Fn(&agentrl::service::Stats) -> bool,
+) -> agentrl::service::Stats {
     for _ in 0..500 {
         let stats = server.stats();
         if done(&stats) {
@@ -130,19 +212,31 @@ fn wait_for(server: &ServerHandle, done: impl Fn(&agentrl::service::Stats) -> bo
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    panic!("the server never reached the expected counters: {:?}", server.stats());
+    panic!(
+        "the server never reached the expected counters: {:?}",
+        server.stats()
+    );
 }
 
 /// Send raw bytes, read the whole answer: (status, body).
 fn raw_http(addr: SocketAddr, request: &[u8]) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     stream.write_all(request).unwrap();
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
     let text = String::from_utf8_lossy(&answer).to_string();
-    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status in {text:?}"));
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (status, body)
 }
 
@@ -169,15 +263,33 @@ fn bad_messages_over_the_wire_keep_the_connection() {
     let mut client = Client::connect(server.addr()).unwrap();
     assert_eq!(code(&client.call("nope").unwrap()), "INVALID_JSON");
     assert_eq!(code(&client.call("[]").unwrap()), "VALIDATION_ERROR");
-    assert_eq!(code(&client.call(r#"{"type":"dance"}"#).unwrap()), "UNKNOWN_TYPE");
-    assert_eq!(code(&client.call(r#"{"type":"step","data":{"message":"<call> read </call>"}}"#).unwrap()), "EXECUTION_ERROR");
-    client.socket().send(Message::binary(b"{\"type\":\"state\"}".to_vec())).unwrap();
+    assert_eq!(
+        code(&client.call(r#"{"type":"dance"}"#).unwrap()),
+        "UNKNOWN_TYPE"
+    );
+    assert_eq!(
+        code(
+            &client
+                .call(r#"{"type":"step","data":{"message":"<call> read </call>"}}"#)
+                .unwrap()
+        ),
+        "EXECUTION_ERROR"
+    );
+    client
+        .socket()
+        .send(Message::binary(b"{\"type\":\"state\"}".to_vec()))
+        .unwrap();
     assert_eq!(code(&client.receive().unwrap()), "VALIDATION_ERROR");
-    let first = client.call(r#"{"type":"reset","data":{"task":0}}"#).unwrap();
+    let first = client
+        .call(r#"{"type":"reset","data":{"task":0}}"#)
+        .unwrap();
     assert_eq!(first["data"]["observation"]["text"], task_zero().prompt());
     let long = json!({"type": "step", "data": {"message": "y".repeat(5000)}}).to_string();
     assert_eq!(code(&client.call(&long).unwrap()), "VALIDATION_ERROR");
-    assert_eq!(client.call(r#"{"type":"state"}"#).unwrap()["data"]["step_count"], 0);
+    assert_eq!(
+        client.call(r#"{"type":"state"}"#).unwrap()["data"]["step_count"],
+        0
+    );
     client.close();
     let stats = wait_for(&server, |s| s.active_sessions == 0);
     assert_eq!(stats.errors.values().sum::<u64>(), 6, "{stats:?}");
@@ -188,7 +300,8 @@ fn an_oversized_frame_gets_an_error_and_close_code_1009() {
     let server = quick_server(4);
     let mut client = Client::connect(server.addr()).unwrap();
     client.call(r#"{"type":"reset","data":{}}"#).unwrap();
-    let huge = json!({"type": "step", "data": {"message": "z".repeat(MAX_BODY_BYTES + 10)}}).to_string();
+    let huge =
+        json!({"type": "step", "data": {"message": "z".repeat(MAX_BODY_BYTES + 10)}}).to_string();
     let reply = client.call(&huge).unwrap();
     assert_eq!(code(&reply), "VALIDATION_ERROR");
     assert_eq!(close_code(&mut client), Some(CloseCode::Size));
@@ -202,7 +315,10 @@ fn sessions_over_the_bound_are_refused_until_one_closes() {
     let mut a = Client::connect(server.addr()).unwrap();
     let mut b = Client::connect(server.addr()).unwrap();
     for client in [&mut a, &mut b] {
-        assert_eq!(client.call(r#"{"type":"reset","data":{}}"#).unwrap()["type"], "observation");
+        assert_eq!(
+            client.call(r#"{"type":"reset","data":{}}"#).unwrap()["type"],
+            "observation"
+        );
     }
     let mut c = Client::connect(server.addr()).unwrap();
     let refused = c.receive().unwrap();
@@ -228,14 +344,23 @@ fn silent_and_vanishing_clients_are_let_go() {
     // A client that disappears in the middle of an episode.
     let mut gone = Client::connect(server.addr()).unwrap();
     gone.call(r#"{"type":"reset","data":{"task":3}}"#).unwrap();
-    gone.call(r#"{"type":"step","data":{"message":"<call> read </call>"}}"#).unwrap();
-    gone.socket().get_mut().shutdown(std::net::Shutdown::Both).unwrap();
+    gone.call(r#"{"type":"step","data":{"message":"<call> read </call>"}}"#)
+        .unwrap();
+    gone.socket()
+        .get_mut()
+        .shutdown(std::net::Shutdown::Both)
+        .unwrap();
     drop(gone);
-    let stats = wait_for(&server, |s| s.active_sessions == 0 && s.disconnects_mid_episode >= 1);
+    let stats = wait_for(&server, |s| {
+        s.active_sessions == 0 && s.disconnects_mid_episode >= 1
+    });
     assert_eq!(stats.timeouts, 2, "{stats:?}");
     assert_eq!(stats.disconnects_mid_episode, 1, "{stats:?}");
     // The server still serves.
-    assert_eq!(raw_http(server.addr(), b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n").0, 200);
+    assert_eq!(
+        raw_http(server.addr(), b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n").0,
+        200
+    );
 }
 
 #[test]
@@ -246,30 +371,72 @@ fn malformed_http_gets_4xx_with_a_json_body() {
         (b"GET /health HTTP/1.1\r\n\r\n".to_vec(), 200),
         (b"GET /metadata?x=1 HTTP/1.1\r\n\r\n".to_vec(), 200),
         (b"NOT A REQUEST\r\n\r\n".to_vec(), 400),
-        (b"POST /reset HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(), 411),
-        (format!("POST /reset HTTP/1.1\r\ncontent-length: {}\r\n\r\n", MAX_BODY_BYTES + 1).into_bytes(), 413),
-        (format!("GET /health HTTP/1.1\r\nx-big: {}\r\n\r\n", "h".repeat(20_000)).into_bytes(), 431),
-        (b"POST /reset HTTP/1.1\r\ncontent-length: 5\r\n\r\n{nope".to_vec(), 422),
-        (b"POST /reset HTTP/1.1\r\ncontent-length: 14\r\n\r\n{\"task\": 9999}".to_vec(), 422),
-        (b"POST /step HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}".to_vec(), 422),
+        (
+            b"POST /reset HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(),
+            411,
+        ),
+        (
+            format!(
+                "POST /reset HTTP/1.1\r\ncontent-length: {}\r\n\r\n",
+                MAX_BODY_BYTES + 1
+            )
+            .into_bytes(),
+            413,
+        ),
+        (
+            format!(
+                "GET /health HTTP/1.1\r\nx-big: {}\r\n\r\n",
+                "h".repeat(20_000)
+            )
+            .into_bytes(),
+            431,
+        ),
+        (
+            b"POST /reset HTTP/1.1\r\ncontent-length: 5\r\n\r\n{nope".to_vec(),
+            422,
+        ),
+        (
+            b"POST /reset HTTP/1.1\r\ncontent-length: 14\r\n\r\n{\"task\": 9999}".to_vec(),
+            422,
+        ),
+        (
+            b"POST /step HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
+            422,
+        ),
         (b"GET /ws HTTP/1.1\r\n\r\n".to_vec(), 426),
         (b"GET /mcp HTTP/1.1\r\n\r\n".to_vec(), 404),
         (b"PUT /state HTTP/1.1\r\n\r\n".to_vec(), 405),
-        (b"POST /reset HTTP/1.1\r\ncontent-length: 40\r\n\r\n{\"ta".to_vec(), 408),
+        (
+            b"POST /reset HTTP/1.1\r\ncontent-length: 40\r\n\r\n{\"ta".to_vec(),
+            408,
+        ),
     ];
     for (request, status) in cases {
         let (got, body) = raw_http(addr, &request);
-        assert_eq!(got, status, "{:.80}: {body}", String::from_utf8_lossy(&request));
-        let value: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{body:?} is not JSON: {e}"));
+        assert_eq!(
+            got,
+            status,
+            "{:.80}: {body}",
+            String::from_utf8_lossy(&request)
+        );
+        let value: Value =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{body:?} is not JSON: {e}"));
         if status >= 400 {
-            assert!(value["detail"].is_string() && value["code"].is_string(), "{value}");
+            assert!(
+                value["detail"].is_string() && value["code"].is_string(),
+                "{value}"
+            );
         }
     }
 }
 
 #[test]
 fn connections_over_the_bound_get_503_at_once() {
-    let config = Config { max_connections: 2, request_timeout: Duration::from_secs(2), ..Config::default() };
+    let config = Config {
+        max_connections: 2,
+        request_timeout: Duration::from_secs(2),
+        ..Config::default()
+    };
     let server = serve("127.0.0.1:0", config).unwrap();
     // Two connections that say nothing hold both places until their timeout.
     let _a = TcpStream::connect(server.addr()).unwrap();

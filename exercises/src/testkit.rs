@@ -7,7 +7,10 @@ use tch::{Kind, Tensor};
 
 /// `got` and `want` agree to within `tol`, with a readable failure message.
 pub fn assert_close(what: &str, got: f64, want: f64, tol: f64) {
-    assert!((got - want).abs() <= tol, "{what}: got {got}, expected {want} (within {tol})");
+    assert!(
+        (got - want).abs() <= tol,
+        "{what}: got {got}, expected {want} (within {tol})"
+    );
 }
 
 /// A number in [0, 1) on a grid of 1e-4, drawn from `rng`.

@@ -38,8 +38,12 @@ impl Drop for TempDir {
 impl Page {
     /// Start `chromium` headless with a fresh profile and open an empty page.
     pub fn open(chromium: &Path, window: (u32, u32)) -> Result<Page> {
-        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let profile = std::env::temp_dir().join(format!("agentrl-chromium-{}-{stamp}", std::process::id()));
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let profile =
+            std::env::temp_dir().join(format!("agentrl-chromium-{}-{stamp}", std::process::id()));
         std::fs::create_dir_all(&profile).map_err(|e| e.to_string())?;
         let profile = TempDir(profile);
         let mut browser = Command::new(chromium)
@@ -79,15 +83,40 @@ impl Page {
                 return Err("chromium did not report its DevTools address".into());
             }
         };
-        let address = url.trim_start_matches("ws://").split('/').next().unwrap_or_default().to_string();
-        let stream = TcpStream::connect(&address).map_err(|e| format!("cannot connect to chromium at {address}: {e}"))?;
-        stream.set_read_timeout(Some(WAIT)).map_err(|e| e.to_string())?;
-        let (socket, _) = tungstenite::client(url.as_str(), stream).map_err(|e| format!("WebSocket handshake with chromium: {e}"))?;
-        let mut page = Page { browser, socket, session: String::new(), next_id: 0, events: Vec::new(), _profile: profile };
+        let address = url
+            .trim_start_matches("ws://")
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let stream = TcpStream::connect(&address)
+            .map_err(|e| format!("cannot connect to chromium at {address}: {e}"))?;
+        stream
+            .set_read_timeout(Some(WAIT))
+            .map_err(|e| e.to_string())?;
+        let (socket, _) = tungstenite::client(url.as_str(), stream)
+            .map_err(|e| format!("WebSocket handshake with chromium: {e}"))?;
+        let mut page = Page {
+            browser,
+            socket,
+            session: String::new(),
+            next_id: 0,
+            events: Vec::new(),
+            _profile: profile,
+        };
         let target = page.call_browser("Target.createTarget", json!({ "url": "about:blank" }))?;
-        let target = target["targetId"].as_str().ok_or("no target id")?.to_string();
-        let attached = page.call_browser("Target.attachToTarget", json!({ "targetId": target, "flatten": true }))?;
-        page.session = attached["sessionId"].as_str().ok_or("no session id")?.to_string();
+        let target = target["targetId"]
+            .as_str()
+            .ok_or("no target id")?
+            .to_string();
+        let attached = page.call_browser(
+            "Target.attachToTarget",
+            json!({ "targetId": target, "flatten": true }),
+        )?;
+        page.session = attached["sessionId"]
+            .as_str()
+            .ok_or("no session id")?
+            .to_string();
         for domain in ["Page.enable", "Runtime.enable", "Log.enable"] {
             page.call(domain, json!({}))?;
         }
@@ -100,15 +129,23 @@ impl Page {
         if let Some(session) = session {
             message["sessionId"] = json!(session);
         }
-        self.socket.send(Message::text(message.to_string())).map_err(|e| format!("{method}: {e}"))?;
+        self.socket
+            .send(Message::text(message.to_string()))
+            .map_err(|e| format!("{method}: {e}"))?;
         Ok(self.next_id)
     }
 
     /// The next message from the browser, as JSON.
     fn receive(&mut self) -> Result<Value> {
         loop {
-            match self.socket.read().map_err(|e| format!("reading from chromium: {e}"))? {
-                Message::Text(text) => return serde_json::from_str(text.as_str()).map_err(|e| e.to_string()),
+            match self
+                .socket
+                .read()
+                .map_err(|e| format!("reading from chromium: {e}"))?
+            {
+                Message::Text(text) => {
+                    return serde_json::from_str(text.as_str()).map_err(|e| e.to_string())
+                }
                 Message::Close(_) => return Err("chromium closed the connection".into()),
                 _ => {}
             }
@@ -144,22 +181,33 @@ impl Page {
 
     /// Load `url` and wait for its load event.
     pub fn navigate(&mut self, url: &str) -> Result<()> {
-        self.events.retain(|event| event["method"] != "Page.loadEventFired");
+        self.events
+            .retain(|event| event["method"] != "Page.loadEventFired");
         self.call("Page.navigate", json!({ "url": url }))?;
         let start = Instant::now();
         while start.elapsed() < WAIT {
-            if self.events.iter().any(|event| event["method"] == "Page.loadEventFired") {
+            if self
+                .events
+                .iter()
+                .any(|event| event["method"] == "Page.loadEventFired")
+            {
                 return Ok(());
             }
             let message = self.receive()?;
             self.events.push(message);
         }
-        Err(format!("{url} did not finish loading within {} s", WAIT.as_secs()))
+        Err(format!(
+            "{url} did not finish loading within {} s",
+            WAIT.as_secs()
+        ))
     }
 
     /// Evaluate `expression` (awaiting a promise) and return its value.
     pub fn evaluate(&mut self, expression: &str) -> Result<Value> {
-        let result = self.call("Runtime.evaluate", json!({ "expression": expression, "awaitPromise": true, "returnByValue": true }))?;
+        let result = self.call(
+            "Runtime.evaluate",
+            json!({ "expression": expression, "awaitPromise": true, "returnByValue": true }),
+        )?;
         if let Some(details) = result.get("exceptionDetails") {
             return Err(format!("the script threw: {details}"));
         }
@@ -171,7 +219,9 @@ impl Page {
         use base64::Engine;
         let shot = self.call("Page.captureScreenshot", json!({ "format": "png" }))?;
         let data = shot["data"].as_str().ok_or("no screenshot data")?;
-        base64::engine::general_purpose::STANDARD.decode(data).map_err(|e| e.to_string())
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|e| e.to_string())
     }
 
     /// Console errors, uncaught exceptions and error log entries seen so far.
@@ -187,11 +237,18 @@ impl Page {
             .filter_map(|event| {
                 let params = &event["params"];
                 match event["method"].as_str()? {
-                    "Log.entryAdded" if params["entry"]["level"] == "error" => {
-                        Some(format!("console: {} {}", params["entry"]["text"].as_str().unwrap_or(""), params["entry"]["url"].as_str().unwrap_or("")))
+                    "Log.entryAdded" if params["entry"]["level"] == "error" => Some(format!(
+                        "console: {} {}",
+                        params["entry"]["text"].as_str().unwrap_or(""),
+                        params["entry"]["url"].as_str().unwrap_or("")
+                    )),
+                    "Runtime.consoleAPICalled" if params["type"] == "error" => {
+                        Some(format!("console.error: {}", params["args"][0]["value"]))
                     }
-                    "Runtime.consoleAPICalled" if params["type"] == "error" => Some(format!("console.error: {}", params["args"][0]["value"])),
-                    "Runtime.exceptionThrown" => Some(format!("exception: {}", params["exceptionDetails"]["text"].as_str().unwrap_or(""))),
+                    "Runtime.exceptionThrown" => Some(format!(
+                        "exception: {}",
+                        params["exceptionDetails"]["text"].as_str().unwrap_or("")
+                    )),
                     _ => None,
                 }
             })
@@ -214,15 +271,23 @@ mod tests {
     /// before it runs these tests).
     #[test]
     fn a_page_reports_values_console_errors_and_exceptions() {
-        let chromium = crate::setup::chromium_path().expect("chromium is installed (cargo xtask setup --browser)");
+        let chromium = crate::setup::chromium_path()
+            .expect("chromium is installed (cargo xtask setup --browser)");
         let mut page = super::Page::open(&chromium, (800, 600)).unwrap();
         let html = "<p>one</p><p>two</p><script>console.error('bad thing'); setTimeout(() => { throw new Error('boom'); }, 0);</script>";
         page.navigate(&format!("data:text/html,{html}")).unwrap();
-        let count = page.evaluate("new Promise(r => setTimeout(() => r(document.querySelectorAll('p').length), 50))").unwrap();
+        let count = page
+            .evaluate(
+                "new Promise(r => setTimeout(() => r(document.querySelectorAll('p').length), 50))",
+            )
+            .unwrap();
         assert_eq!(count, serde_json::json!(2));
         let errors = page.errors();
         assert!(errors.iter().any(|e| e.contains("bad thing")), "{errors:?}");
-        assert!(errors.iter().any(|e| e.starts_with("exception:")), "{errors:?}");
+        assert!(
+            errors.iter().any(|e| e.starts_with("exception:")),
+            "{errors:?}"
+        );
         assert!(page.screenshot().unwrap().starts_with(b"\x89PNG"));
         assert!(page.evaluate("(() => { throw new Error('x') })()").is_err());
     }

@@ -33,7 +33,11 @@ pub fn all() -> Result<Vec<Chapter>> {
     let mut names: Vec<String> = std::fs::read_dir(root().join("chapters"))
         .map_err(|err| format!("cannot list chapters/: {err}"))?
         .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .filter(|name| name.len() > 3 && name.as_bytes()[..2].iter().all(u8::is_ascii_digit) && name.ends_with(".md"))
+        .filter(|name| {
+            name.len() > 3
+                && name.as_bytes()[..2].iter().all(u8::is_ascii_digit)
+                && name.ends_with(".md")
+        })
         .map(|name| name.trim_end_matches(".md").to_string())
         .collect();
     names.sort();
@@ -43,7 +47,11 @@ pub fn all() -> Result<Vec<Chapter>> {
 /// Find a chapter by name or number prefix (`1`, `01`, `01-what-is-agentic-rl`).
 pub fn find(query: &str) -> Result<Chapter> {
     let chapters = all()?;
-    let wanted = if query.len() == 1 && query.as_bytes()[0].is_ascii_digit() { format!("0{query}") } else { query.to_string() };
+    let wanted = if query.len() == 1 && query.as_bytes()[0].is_ascii_digit() {
+        format!("0{query}")
+    } else {
+        query.to_string()
+    };
     chapters
         .into_iter()
         .find(|chapter| chapter.name == wanted || chapter.name.starts_with(&format!("{wanted}-")))
@@ -70,11 +78,17 @@ fn parse_lines(name: &str, path: PathBuf, lines: Vec<String>) -> Result<Chapter>
         if let Some((ticks, info)) = fence_of(&lines[i]) {
             let start = i + 1;
             let mut j = start;
-            while j < lines.len() && !fence_of(&lines[j]).is_some_and(|(t, rest)| t >= ticks && rest.is_empty()) {
+            while j < lines.len()
+                && !fence_of(&lines[j]).is_some_and(|(t, rest)| t >= ticks && rest.is_empty())
+            {
                 j += 1;
             }
             if j == lines.len() {
-                return Err(format!("{}:{}: code fence is never closed", path.display(), i + 1));
+                return Err(format!(
+                    "{}:{}: code fence is never closed",
+                    path.display(),
+                    i + 1
+                ));
             }
             blocks.push((info.to_string(), start, j + 1));
             i = j + 1;
@@ -86,23 +100,43 @@ fn parse_lines(name: &str, path: PathBuf, lines: Vec<String>) -> Result<Chapter>
     while k < blocks.len() {
         let (info, start, end) = &blocks[k];
         if info == OUTPUT_FENCE {
-            return Err(format!("{}:{}: an output block must directly follow a `rust` cell", path.display(), start));
+            return Err(format!(
+                "{}:{}: an output block must directly follow a `rust` cell",
+                path.display(),
+                start
+            ));
         }
         if info == CELL_FENCE {
             let code = lines[*start..end - 1].join("\n");
             let mut output = None;
             if let Some((next_info, next_start, next_end)) = blocks.get(k + 1) {
-                let between_blank = lines[*end..next_start - 1].iter().all(|l| l.trim().is_empty());
+                let between_blank = lines[*end..next_start - 1]
+                    .iter()
+                    .all(|l| l.trim().is_empty());
                 if next_info == OUTPUT_FENCE && between_blank {
-                    output = Some((lines[*next_start..next_end - 1].join("\n"), next_start - 1, *next_end));
+                    output = Some((
+                        lines[*next_start..next_end - 1].join("\n"),
+                        next_start - 1,
+                        *next_end,
+                    ));
                     k += 1;
                 }
             }
-            cells.push(Cell { code, line: start + 1, end: *end, output });
+            cells.push(Cell {
+                code,
+                line: start + 1,
+                end: *end,
+                output,
+            });
         }
         k += 1;
     }
-    Ok(Chapter { name: name.to_string(), path, lines, cells })
+    Ok(Chapter {
+        name: name.to_string(),
+        path,
+        lines,
+        cells,
+    })
 }
 
 impl Chapter {
@@ -157,7 +191,10 @@ pub fn expand_includes(text: &str) -> Result<String> {
     let mut out = String::new();
     for line in text.lines() {
         let trimmed = line.trim();
-        if let Some(spec) = trimmed.strip_prefix("{{#include ").and_then(|s| s.strip_suffix("}}")) {
+        if let Some(spec) = trimmed
+            .strip_prefix("{{#include ")
+            .and_then(|s| s.strip_suffix("}}"))
+        {
             let (file, anchor) = match spec.trim().rsplit_once(':') {
                 Some((f, a)) if !a.chars().all(|c| c.is_ascii_digit()) => (f, Some(a)),
                 _ => (spec.trim(), None),
@@ -170,7 +207,9 @@ pub fn expand_includes(text: &str) -> Result<String> {
                 if let Some(a) = anchor {
                     if marker.ends_with(&format!("ANCHOR: {a}")) {
                         if found {
-                            return Err(format!("include {spec}: the anchor `{a}` opens twice in {file}"));
+                            return Err(format!(
+                                "include {spec}: the anchor `{a}` opens twice in {file}"
+                            ));
                         }
                         inside = true;
                         found = true;
@@ -210,12 +249,23 @@ pub fn unlinked_mentions(text: &str, own: Option<u32>) -> Vec<(usize, u32)> {
             fence = !fence;
             continue;
         }
-        if fence || line.starts_with('#') || line.trim_start().starts_with("![") || line.starts_with("{{#") {
+        if fence
+            || line.starts_with('#')
+            || line.trim_start().starts_with("![")
+            || line.starts_with("{{#")
+        {
             continue;
         }
         // A mention broken across lines ("Chapter" at the end of one, the number opening the next).
-        let next_number = lines.get(number + 1).and_then(|next| next.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u32>().ok());
-        if let Some(n) = next_number.filter(|&n| line.trim_end().ends_with(" Chapter") && Some(n) != own) {
+        let next_number = lines.get(number + 1).and_then(|next| {
+            next.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u32>()
+                .ok()
+        });
+        if let Some(n) =
+            next_number.filter(|&n| line.trim_end().ends_with(" Chapter") && Some(n) != own)
+        {
             found.push((number + 1, n));
         }
         for (i, part) in line.split('`').enumerate() {
@@ -243,15 +293,28 @@ pub fn unlinked_mentions(text: &str, own: Option<u32>) -> Vec<(usize, u32)> {
 
 /// [`unlinked_mentions`] in every chapter and answer page.
 pub fn link_problems() -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(root().join("chapters")) else { return vec!["cannot read chapters/".into()] };
-    let mut names: Vec<String> = entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n.ends_with(".md") && n != "SUMMARY.md" && !n.starts_with("appendix-performance-measured")).collect();
+    let Ok(entries) = std::fs::read_dir(root().join("chapters")) else {
+        return vec!["cannot read chapters/".into()];
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| {
+            n.ends_with(".md")
+                && n != "SUMMARY.md"
+                && !n.starts_with("appendix-performance-measured")
+        })
+        .collect();
     names.sort();
     let mut problems = Vec::new();
     for name in names {
-        let Ok(text) = util::read(&root().join("chapters").join(&name)) else { continue };
+        let Ok(text) = util::read(&root().join("chapters").join(&name)) else {
+            continue;
+        };
         let own = name.get(..2).and_then(|n| n.parse::<u32>().ok());
         for (line, n) in unlinked_mentions(&text, own) {
-            problems.push(format!("chapters/{name} line {line}: \"Chapter {n}\" is not a link to its page"));
+            problems.push(format!(
+                "chapters/{name} line {line}: \"Chapter {n}\" is not a link to its page"
+            ));
         }
     }
     problems
@@ -267,14 +330,21 @@ pub fn anchor_problems() -> Vec<String> {
         collect_rust_files(&root().join(dir), &mut files);
     }
     for file in files {
-        let Ok(text) = util::read(&file) else { continue };
+        let Ok(text) = util::read(&file) else {
+            continue;
+        };
         let mut open: Vec<&str> = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
         for (number, line) in text.lines().enumerate() {
             let line = line.trim();
             if let Some(name) = line.strip_prefix("// ANCHOR: ") {
                 if !seen.insert(name.trim()) {
-                    problems.push(format!("{} line {}: the anchor `{}` opens a second time", file.display(), number + 1, name.trim()));
+                    problems.push(format!(
+                        "{} line {}: the anchor `{}` opens a second time",
+                        file.display(),
+                        number + 1,
+                        name.trim()
+                    ));
                 }
                 open.push(name.trim());
             } else if let Some(name) = line.strip_prefix("// ANCHOR_END: ") {
@@ -282,19 +352,29 @@ pub fn anchor_problems() -> Vec<String> {
                     Some(i) => {
                         open.remove(i);
                     }
-                    None => problems.push(format!("{} line {}: `ANCHOR_END: {}` without its opening", file.display(), number + 1, name.trim())),
+                    None => problems.push(format!(
+                        "{} line {}: `ANCHOR_END: {}` without its opening",
+                        file.display(),
+                        number + 1,
+                        name.trim()
+                    )),
                 }
             }
         }
         for name in open {
-            problems.push(format!("{}: the anchor `{name}` is never closed", file.display()));
+            problems.push(format!(
+                "{}: the anchor `{name}` is never closed",
+                file.display()
+            ));
         }
     }
     problems
 }
 
 fn collect_rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() && path.file_name().is_some_and(|n| n != "target") {
@@ -346,7 +426,10 @@ mod tests {
 
     #[test]
     fn an_orphan_output_block_is_an_error() {
-        let lines = "text\n\n```text,output\nx\n```\n".lines().map(str::to_string).collect();
+        let lines = "text\n\n```text,output\nx\n```\n"
+            .lines()
+            .map(str::to_string)
+            .collect();
         assert!(parse_lines("t", PathBuf::from("t.md"), lines).is_err());
     }
 }
@@ -356,10 +439,18 @@ mod tests {
 fn module_chapters() -> (std::collections::BTreeMap<String, u32>, Vec<String>) {
     let mut chapters = std::collections::BTreeMap::new();
     let mut problems = Vec::new();
-    let Ok(entries) = std::fs::read_dir(root().join("agentrl/src")) else { return (chapters, vec!["cannot read agentrl/src".into()]) };
+    let Ok(entries) = std::fs::read_dir(root().join("agentrl/src")) else {
+        return (chapters, vec!["cannot read agentrl/src".into()]);
+    };
     for entry in entries.flatten() {
         let path = entry.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".rs")) else { continue };
+        let Some(name) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".rs"))
+        else {
+            continue;
+        };
         if name == "lib" {
             continue;
         }
@@ -374,7 +465,9 @@ fn module_chapters() -> (std::collections::BTreeMap<String, u32>, Vec<String>) {
             Some(n) => {
                 chapters.insert(name.to_string(), n);
             }
-            None => problems.push(format!("agentrl/src/{name}.rs: the doc comment must begin with `//! Chapter N:`")),
+            None => problems.push(format!(
+                "agentrl/src/{name}.rs: the doc comment must begin with `//! Chapter N:`"
+            )),
         }
     }
     (chapters, problems)
@@ -386,7 +479,9 @@ fn paths_after<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
         .filter(|(at, _)| !text[..*at].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
         .map(|(at, _)| {
             let rest = &text[at + prefix.len()..];
-            let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
             &rest[..end]
         })
         .filter(|name| !name.is_empty())
@@ -400,7 +495,9 @@ pub fn order_problems() -> Vec<String> {
     let later = |user: &str, own: u32, module: &str, problems: &mut Vec<String>| {
         if let Some(&n) = chapters.get(module) {
             if n > own {
-                problems.push(format!("{user} (Chapter {own}) uses `{module}` of Chapter {n}"));
+                problems.push(format!(
+                    "{user} (Chapter {own}) uses `{module}` of Chapter {n}"
+                ));
             }
         }
     };
@@ -410,23 +507,45 @@ pub fn order_problems() -> Vec<String> {
             later(&format!("module `{module}`"), own, used, &mut problems);
         }
     }
-    let Ok(book) = all() else { return vec!["cannot list the chapters".into()] };
+    let Ok(book) = all() else {
+        return vec!["cannot list the chapters".into()];
+    };
     for chapter in book {
-        let Some(own) = chapter.name.get(..2).and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Some(own) = chapter.name.get(..2).and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
         // the code: its cells, and the library code it includes
-        let code: String = chapter.cells.iter().map(|cell| cell.code.as_str()).collect::<Vec<_>>().join("\n");
+        let code: String = chapter
+            .cells
+            .iter()
+            .map(|cell| cell.code.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
         let text = util::read(&chapter.path).unwrap_or_default();
         let mut used = paths_after(&code, "agentrl::");
         used.extend(paths_after(&text, "{{#include ../agentrl/src/"));
         for module in used {
-            later(&format!("chapters/{}.md", chapter.name), own, module, &mut problems);
+            later(
+                &format!("chapters/{}.md", chapter.name),
+                own,
+                module,
+                &mut problems,
+            );
         }
         let mut files = Vec::new();
-        collect_rust_files(&root().join(format!("exercises/src/ch{:02}", own)), &mut files);
+        collect_rust_files(
+            &root().join(format!("exercises/src/ch{:02}", own)),
+            &mut files,
+        );
         for file in files {
             let text = util::read(&file).unwrap_or_default();
             for module in paths_after(&text, "agentrl::") {
-                later(&format!("{}", file.strip_prefix(root()).unwrap_or(&file).display()), own, module, &mut problems);
+                later(
+                    &format!("{}", file.strip_prefix(root()).unwrap_or(&file).display()),
+                    own,
+                    module,
+                    &mut problems,
+                );
             }
         }
     }
@@ -458,7 +577,9 @@ mod order_tests {
 /// runs in the chapter and fails in Jupyter. A closure inside a block, or a
 /// `fn`, is fine.
 pub fn kept_closure_problems() -> Vec<String> {
-    let Ok(book) = all() else { return vec!["cannot list the chapters".into()] };
+    let Ok(book) = all() else {
+        return vec!["cannot list the chapters".into()];
+    };
     let mut problems = Vec::new();
     for chapter in book {
         for cell in &chapter.cells {
@@ -475,7 +596,11 @@ fn kept_closures(code: &str) -> Vec<(usize, &str)> {
     code.lines()
         .enumerate()
         .filter(|(_, line)| {
-            let value = line.strip_prefix("let ").and_then(|rest| rest.split_once('=')).map(|(_, v)| v.trim_start()).unwrap_or("");
+            let value = line
+                .strip_prefix("let ")
+                .and_then(|rest| rest.split_once('='))
+                .map(|(_, v)| v.trim_start())
+                .unwrap_or("");
             value.starts_with('|') || value.starts_with("move |")
         })
         .collect()
@@ -492,13 +617,19 @@ mod closure_tests {
     #[test]
     fn a_planted_top_level_closure_is_caught_and_a_block_or_fn_is_not() {
         let cell = "let f = |x: f64| x + 1.0;\nlet g = move |x: f64| x;\n{\n    let h = |x: f64| x;\n}\nfn k(x: f64) -> f64 { x }\nlet n = 3;";
-        let found: Vec<usize> = super::kept_closures(cell).iter().map(|(offset, _)| *offset).collect();
+        let found: Vec<usize> = super::kept_closures(cell)
+            .iter()
+            .map(|(offset, _)| *offset)
+            .collect();
         assert_eq!(found, [0, 1]);
     }
 
     #[test]
     fn mentions_of_other_chapters_must_be_links() {
         let text = "# 3. Title about Chapter 2\nSee Chapter 2 and [Chapter 4](04-x.md); Chapter 3 is this one.\n`Chapter 5` in code\n```text\nChapter 6\n```\nChapters 7 and 8, Chapter 9's loop, and Chapter\n10's.";
-        assert_eq!(super::unlinked_mentions(text, Some(3)), [(2, 2), (7, 10), (7, 9)]);
+        assert_eq!(
+            super::unlinked_mentions(text, Some(3)),
+            [(2, 2), (7, 10), (7, 9)]
+        );
     }
 }

@@ -34,7 +34,10 @@ const PINNED: &[(&str, &[&str])] = &[
         ],
     ),
     // The repair MDP must reproduce the random agent's exact rates derived in Chapter 1.
-    ("02-rl-fundamentals", &["P(success) = 0.1685, P(hacked) = 0.1437"]),
+    (
+        "02-rl-fundamentals",
+        &["P(success) = 0.1685, P(hacked) = 0.1437"],
+    ),
     // Facts the text builds on rather than published numbers: the KV cache and the
     // training path must reproduce the sampling path.
     (
@@ -45,12 +48,31 @@ const PINNED: &[(&str, &[&str])] = &[
             "reloaded model gives identical logits: true",
         ],
     ),
-    ("05-trajectories-and-templates", &["largest |recomputed - sampled| log-prob below 1e-4: true", "mean ratio on the mask: 1.000000"]),
-    ("09-grpo-and-the-training-loop", &["reloaded final checkpoint gives the same held-out success: true"]),
-    ("10-kl-and-entropy", &["sampled means within 4 standard errors of the exact ones: true"]),
+    (
+        "05-trajectories-and-templates",
+        &[
+            "largest |recomputed - sampled| log-prob below 1e-4: true",
+            "mean ratio on the mask: 1.000000",
+        ],
+    ),
+    (
+        "09-grpo-and-the-training-loop",
+        &["reloaded final checkpoint gives the same held-out success: true"],
+    ),
+    (
+        "10-kl-and-entropy",
+        &["sampled means within 4 standard errors of the exact ones: true"],
+    ),
     // A run stopped and resumed must end where the run never stopped ends, and the
     // fuzzed targets must keep their properties.
-    ("19-capstone", &["equal bit for bit to the run never stopped: true", "every line of metrics equal, wall-clock times aside: true", "every property held: true"]),
+    (
+        "19-capstone",
+        &[
+            "equal bit for bit to the run never stopped: true",
+            "every line of metrics equal, wall-clock times aside: true",
+            "every property held: true",
+        ],
+    ),
 ];
 
 /// Goals that an issue sets for a printed number: (chapter, the text just
@@ -58,40 +80,87 @@ const PINNED: &[(&str, &[&str])] = &[
 /// value allowed). A refresh may move the number but not outside its goal.
 const GOALS: &[(&str, &str, &str, f64, f64)] = &[
     // The base model must speak the action grammar.
-    ("04-language-models-as-policies", " calls: ", "% parse", 95.0, 100.0),
+    (
+        "04-language-models-as-policies",
+        " calls: ",
+        "% parse",
+        95.0,
+        100.0,
+    ),
     // REINFORCE must take the base model, averaged over its seeds, well above
     // its chance level (about 0.2).
-    ("06-policy-gradients", "REINFORCE mean held-out success over 4 seeds: ", " at iteration 0", 0.0, 0.3),
-    ("06-policy-gradients", "at iteration 0 -> ", " at iteration 24", 0.5, 1.0),
+    (
+        "06-policy-gradients",
+        "REINFORCE mean held-out success over 4 seeds: ",
+        " at iteration 0",
+        0.0,
+        0.3,
+    ),
+    (
+        "06-policy-gradients",
+        "at iteration 0 -> ",
+        " at iteration 24",
+        0.5,
+        1.0,
+    ),
     // The main loop starts from a base model at most 30 % successful and must
     // take it, averaged over three seeds, to at least 80 % (issue 10).
-    ("09-grpo-and-the-training-loop", "GRPO++ mean held-out success over 3 seeds: ", " at iteration 0", 0.0, 0.3),
-    ("09-grpo-and-the-training-loop", "at iteration 0 -> ", " at iteration 24", 0.8, 1.0),
+    (
+        "09-grpo-and-the-training-loop",
+        "GRPO++ mean held-out success over 3 seeds: ",
+        " at iteration 0",
+        0.0,
+        0.3,
+    ),
+    (
+        "09-grpo-and-the-training-loop",
+        "at iteration 0 -> ",
+        " at iteration 24",
+        0.8,
+        1.0,
+    ),
 ];
 
 fn goal_problems(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
     let all = outputs.join("\n");
     let mut problems = Vec::new();
     for (_, before, after, least, most) in GOALS.iter().filter(|(name, ..)| *name == chapter.name) {
-        let value = all.split(before).nth(1).and_then(|rest| rest.split(after).next()).and_then(|number| number.trim().parse::<f64>().ok());
+        let value = all
+            .split(before)
+            .nth(1)
+            .and_then(|rest| rest.split(after).next())
+            .and_then(|number| number.trim().parse::<f64>().ok());
         match value {
             Some(value) if (*least..=*most).contains(&value) => {}
-            Some(value) => problems.push(format!("chapter {}: {before}{value}{after} is outside its goal of {least} to {most}", chapter.name)),
-            None => problems.push(format!("chapter {}: no number between {before:?} and {after:?} in the output", chapter.name)),
+            Some(value) => problems.push(format!(
+                "chapter {}: {before}{value}{after} is outside its goal of {least} to {most}",
+                chapter.name
+            )),
+            None => problems.push(format!(
+                "chapter {}: no number between {before:?} and {after:?} in the output",
+                chapter.name
+            )),
         }
     }
     problems
 }
 
 fn scratch_figures(chapter: &Chapter, kind: &str) -> PathBuf {
-    root().join("target/figures-check").join(kind).join(&chapter.name)
+    root()
+        .join("target/figures-check")
+        .join(kind)
+        .join(&chapter.name)
 }
 
 /// Compare a run's outputs with the chapter's output blocks; describe every difference.
 fn output_differences(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
     let mut problems = Vec::new();
     for (cell, actual) in chapter.cells.iter().zip(outputs) {
-        let expected = cell.output.as_ref().map(|(text, _, _)| text.as_str()).unwrap_or("");
+        let expected = cell
+            .output
+            .as_ref()
+            .map(|(text, _, _)| text.as_str())
+            .unwrap_or("");
         if expected != actual {
             problems.push(format!(
                 "chapters/{}.md line {}: the cell's output differs (- in the chapter, + from the run):\n{}",
@@ -109,7 +178,9 @@ fn output_differences(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
 /// so that the first run and iteration that differ between two machines can be
 /// read off (`cargo xtask runs NN` prints the same lines).
 pub fn run_fingerprints(chapter: &str) -> Vec<String> {
-    let dir = root().join("target/agentrl-base").join(format!("ch{}", &chapter[..2.min(chapter.len())]));
+    let dir = root()
+        .join("target/agentrl-base")
+        .join(format!("ch{}", &chapter[..2.min(chapter.len())]));
     let mut files = Vec::new();
     let mut stack = vec![dir.clone()];
     while let Some(d) = stack.pop() {
@@ -123,14 +194,27 @@ pub fn run_fingerprints(chapter: &str) -> Vec<String> {
         }
     }
     files.sort();
-    let mut lines = vec![format!("training runs under {} (per iteration: training success/tokens played):", dir.display())];
+    let mut lines = vec![format!(
+        "training runs under {} (per iteration: training success/tokens played):",
+        dir.display()
+    )];
     for file in files {
-        let name = file.parent().and_then(|p| p.strip_prefix(&dir).ok()).map(|p| p.display().to_string()).unwrap_or_default();
+        let name = file
+            .parent()
+            .and_then(|p| p.strip_prefix(&dir).ok())
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         let steps: Vec<String> = text
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter_map(|r| Some(format!("{:.3}/{}", r.get("train_success")?.as_f64()?, r.get("played_tokens")?.as_u64()?)))
+            .filter_map(|r| {
+                Some(format!(
+                    "{:.3}/{}",
+                    r.get("train_success")?.as_f64()?,
+                    r.get("played_tokens")?.as_u64()?
+                ))
+            })
             .collect();
         lines.push(format!("  {name}: {}", steps.join(" ")));
     }
@@ -144,7 +228,12 @@ fn pinned_problems(chapter: &Chapter, outputs: &[String]) -> Vec<String> {
         .filter(|(name, _)| *name == chapter.name)
         .flat_map(|(_, pins)| pins.iter())
         .filter(|pin| !all.contains(*pin))
-        .map(|pin| format!("chapter {}: the pinned output {pin:?} is missing", chapter.name))
+        .map(|pin| {
+            format!(
+                "chapter {}: the pinned output {pin:?} is missing",
+                chapter.name
+            )
+        })
         .collect()
 }
 
@@ -154,15 +243,24 @@ fn figure_problems(chapter: &Chapter, produced_dir: &Path) -> Vec<String> {
     let produced = list(produced_dir);
     for name in chapter.figures() {
         if !produced.contains(&name) {
-            problems.push(format!("chapter {} shows figures/{name}, but its run does not write it", chapter.name));
+            problems.push(format!(
+                "chapter {} shows figures/{name}, but its run does not write it",
+                chapter.name
+            ));
         }
     }
     for name in &produced {
         let fresh = std::fs::read(produced_dir.join(name)).unwrap_or_default();
         match std::fs::read(root().join("figures").join(name)) {
             Ok(committed) if committed == fresh => {}
-            Ok(_) => problems.push(format!("figures/{name} is out of date: run `cargo xtask refresh {}`", chapter.name)),
-            Err(_) => problems.push(format!("figures/{name} is missing: run `cargo xtask refresh {}`", chapter.name)),
+            Ok(_) => problems.push(format!(
+                "figures/{name} is out of date: run `cargo xtask refresh {}`",
+                chapter.name
+            )),
+            Err(_) => problems.push(format!(
+                "figures/{name} is missing: run `cargo xtask refresh {}`",
+                chapter.name
+            )),
         }
     }
     problems
@@ -171,14 +269,19 @@ fn figure_problems(chapter: &Chapter, produced_dir: &Path) -> Vec<String> {
 /// Copy the figures a run drew into figures/.
 fn copy_figures(drawn: &Path) -> Result<()> {
     for name in list(drawn) {
-        std::fs::copy(drawn.join(&name), root().join("figures").join(&name)).map_err(|e| format!("cannot write figures/{name}: {e}"))?;
+        std::fs::copy(drawn.join(&name), root().join("figures").join(&name))
+            .map_err(|e| format!("cannot write figures/{name}: {e}"))?;
     }
     Ok(())
 }
 
 fn list(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|entries| entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
         .unwrap_or_default();
     names.sort();
     names
@@ -212,7 +315,11 @@ impl Tally {
         for line in &self.notes {
             eprintln!("{line}");
         }
-        println!("xtask: {} passed, {} failed", self.passed.len(), self.failed.len());
+        println!(
+            "xtask: {} passed, {} failed",
+            self.passed.len(),
+            self.failed.len()
+        );
         if self.failed.is_empty() {
             Ok(())
         } else {
@@ -227,7 +334,10 @@ impl Tally {
 /// from are kept in the repository (`data/models/`, see `pretrain::base_model`).
 const WORKERS: usize = 2;
 
-fn in_pool(chapters: &[Chapter], f: impl Fn(usize, &Chapter) -> Result<runner::Run> + Sync) -> Vec<Result<runner::Run>> {
+fn in_pool(
+    chapters: &[Chapter],
+    f: impl Fn(usize, &Chapter) -> Result<runner::Run> + Sync,
+) -> Vec<Result<runner::Run>> {
     util::parallel(chapters, WORKERS, &f)
 }
 
@@ -264,7 +374,11 @@ const UNMEASURED_SECONDS: u32 = 150;
 
 fn measured_seconds(chapter: &Chapter) -> u32 {
     let number = chapter.name.get(..2).unwrap_or("");
-    CHAPTER_SECONDS.iter().find(|(n, _)| *n == number).map(|(_, s)| *s).unwrap_or(UNMEASURED_SECONDS)
+    CHAPTER_SECONDS
+        .iter()
+        .find(|(n, _)| *n == number)
+        .map(|(_, s)| *s)
+        .unwrap_or(UNMEASURED_SECONDS)
 }
 
 /// The chapters in the order the workers take them: longest first (ties in
@@ -283,13 +397,22 @@ fn run_chapters(tally: &mut Tally, write_figures: bool) -> Result<Vec<(Chapter, 
 
 /// [`run_chapters`] for some chapters, with `overrides` replacing variables
 /// of the book environment.
-fn run_chapters_under(tally: &mut Tally, write_figures: bool, chapters: Vec<Chapter>, overrides: &[(&str, &str)]) -> Result<Vec<(Chapter, Vec<String>)>> {
+fn run_chapters_under(
+    tally: &mut Tally,
+    write_figures: bool,
+    chapters: Vec<Chapter>,
+    overrides: &[(&str, &str)],
+) -> Result<Vec<(Chapter, Vec<String>)>> {
     let chapters = longest_first(chapters);
     runner::build(&chapters)?;
     let runs = in_pool(&chapters, |_, chapter| {
         let run = runner::execute(chapter, &scratch_figures(chapter, "runner"), overrides);
         if let Ok(run) = &run {
-            eprintln!("  chapter {} ran in {:.1} s", chapter.name, run.elapsed.as_secs_f64());
+            eprintln!(
+                "  chapter {} ran in {:.1} s",
+                chapter.name,
+                run.elapsed.as_secs_f64()
+            );
         }
         run
     });
@@ -300,7 +423,10 @@ fn run_chapters_under(tally: &mut Tally, write_figures: bool, chapters: Vec<Chap
             Ok(run) => {
                 let mut problems = output_differences(&chapter, &run.outputs);
                 if !problems.is_empty() {
-                    problems.push(format!("(if the change is intended: cargo xtask refresh {})", chapter.name));
+                    problems.push(format!(
+                        "(if the change is intended: cargo xtask refresh {})",
+                        chapter.name
+                    ));
                     // Where the runs went apart: compare with `cargo xtask runs` on the machine
                     // that refreshed. Printed at the very end, where a cut log still shows it.
                     tally.notes.extend(run_fingerprints(&chapter.name));
@@ -309,9 +435,15 @@ fn run_chapters_under(tally: &mut Tally, write_figures: bool, chapters: Vec<Chap
                 problems.extend(goal_problems(&chapter, &run.outputs));
                 tally.check(&format!("chapter {}: outputs", chapter.name), problems);
                 if write_figures {
-                    tally.result(&format!("chapter {}: figures written", chapter.name), copy_figures(&figures));
+                    tally.result(
+                        &format!("chapter {}: figures written", chapter.name),
+                        copy_figures(&figures),
+                    );
                 }
-                tally.check(&format!("chapter {}: figures", chapter.name), figure_problems(&chapter, &figures));
+                tally.check(
+                    &format!("chapter {}: figures", chapter.name),
+                    figure_problems(&chapter, &figures),
+                );
                 results.push((chapter, run.outputs));
             }
             Err(err) => tally.check(&format!("chapter {}: runs", chapter.name), vec![err]),
@@ -329,7 +461,13 @@ fn run_chapters_under(tally: &mut Tally, write_figures: bool, chapters: Vec<Chap
 /// the notebooks, which it executes under this setting.)
 fn second_setting(tally: &mut Tally, results: &[(Chapter, Vec<String>)]) {
     let chapters: Vec<Chapter> = results.iter().map(|(c, _)| c.clone()).collect();
-    let runs = in_pool(&chapters, |_, chapter| runner::execute(chapter, &scratch_figures(chapter, "second-setting"), setup::SECOND_SETTING));
+    let runs = in_pool(&chapters, |_, chapter| {
+        runner::execute(
+            chapter,
+            &scratch_figures(chapter, "second-setting"),
+            setup::SECOND_SETTING,
+        )
+    });
     for ((chapter, outputs), run) in results.iter().zip(runs) {
         let problems = match run {
             Ok(run) => {
@@ -340,12 +478,21 @@ fn second_setting(tally: &mut Tally, results: &[(Chapter, Vec<String>)]) {
                     .filter(|(_, (a, b))| a != b)
                     .map(|(cell, (a, b))| format!("cell at chapters/{}.md line {} prints differently under the second setting:\n{}", chapter.name, cell.line, diff(a, b)))
                     .collect();
-                problems.extend(figure_problems(chapter, &scratch_figures(chapter, "second-setting")));
+                problems.extend(figure_problems(
+                    chapter,
+                    &scratch_figures(chapter, "second-setting"),
+                ));
                 problems
             }
             Err(err) => vec![err],
         };
-        tally.check(&format!("chapter {}: same outputs under the second setting", chapter.name), problems);
+        tally.check(
+            &format!(
+                "chapter {}: same outputs under the second setting",
+                chapter.name
+            ),
+            problems,
+        );
     }
 }
 
@@ -356,7 +503,10 @@ fn notebook_problems(chapters: &[Chapter]) -> Vec<String> {
         let path = notebook::path(chapter);
         match notebook::generate(chapter) {
             Ok(text) if util::read(&path).ok().as_deref() == Some(text.as_str()) => {}
-            Ok(_) => problems.push(format!("{} is out of date: run `cargo xtask notebooks`", path.display())),
+            Ok(_) => problems.push(format!(
+                "{} is out of date: run `cargo xtask notebooks`",
+                path.display()
+            )),
             Err(err) => problems.push(err),
         }
     }
@@ -378,10 +528,21 @@ pub fn run_one(query: &str) -> Result<()> {
     runner::build(std::slice::from_ref(&chapter))?;
     let run = runner::execute(&chapter, &scratch_figures(&chapter, "runner"), &[])?;
     for (i, (cell, out)) in chapter.cells.iter().zip(&run.outputs).enumerate() {
-        let took = run.cell_seconds.get(i).map(|s| format!(" ({s:.1} s)")).unwrap_or_default();
-        println!("--- chapters/{}.md line {}{took} ---\n{out}", chapter.name, cell.line);
+        let took = run
+            .cell_seconds
+            .get(i)
+            .map(|s| format!(" ({s:.1} s)"))
+            .unwrap_or_default();
+        println!(
+            "--- chapters/{}.md line {}{took} ---\n{out}",
+            chapter.name, cell.line
+        );
     }
-    eprintln!("chapter {} ran in {:.2} s", chapter.name, run.elapsed.as_secs_f64());
+    eprintln!(
+        "chapter {} ran in {:.2} s",
+        chapter.name,
+        run.elapsed.as_secs_f64()
+    );
     Ok(())
 }
 
@@ -393,9 +554,19 @@ pub fn setting(vars: &[String], queries: &[String]) -> Result<()> {
     setup::all(false)?;
     let pairs: Vec<(&str, &str)> = vars
         .iter()
-        .map(|v| v.split_once('=').ok_or_else(|| format!("`{v}` is not NAME=VALUE")))
+        .map(|v| {
+            v.split_once('=')
+                .ok_or_else(|| format!("`{v}` is not NAME=VALUE"))
+        })
         .collect::<std::result::Result<_, _>>()?;
-    let chapters = if queries.is_empty() { chapter::all()? } else { queries.iter().map(|q| chapter::find(q)).collect::<Result<_>>()? };
+    let chapters = if queries.is_empty() {
+        chapter::all()?
+    } else {
+        queries
+            .iter()
+            .map(|q| chapter::find(q))
+            .collect::<Result<_>>()?
+    };
     step(&format!("chapters under {}", vars.join(" ")));
     let mut tally = Tally::default();
     run_chapters_under(&mut tally, false, chapters, &pairs)?;
@@ -426,17 +597,27 @@ pub fn refresh(query: Option<&str>) -> Result<()> {
     let chapters = longest_first(chapters);
     runner::build(&chapters)?;
     // Two at a time, longest first, as the test runs them.
-    let runs = in_pool(&chapters, |_, chapter| runner::execute(chapter, &scratch_figures(chapter, "runner"), &[]));
+    let runs = in_pool(&chapters, |_, chapter| {
+        runner::execute(chapter, &scratch_figures(chapter, "runner"), &[])
+    });
     for (chapter, run) in chapters.iter().zip(runs) {
         let figures = scratch_figures(chapter, "runner");
         let run = run?;
-        let pins = [pinned_problems(chapter, &run.outputs), goal_problems(chapter, &run.outputs)].concat();
+        let pins = [
+            pinned_problems(chapter, &run.outputs),
+            goal_problems(chapter, &run.outputs),
+        ]
+        .concat();
         if !pins.is_empty() {
             return Err(format!("refusing to refresh: {}", pins.join("; ")));
         }
         util::write(&chapter.path, &chapter.with_outputs(&run.outputs))?;
         copy_figures(&figures)?;
-        eprintln!("refreshed {} ({:.1} s)", chapter.name, run.elapsed.as_secs_f64());
+        eprintln!(
+            "refreshed {} ({:.1} s)",
+            chapter.name,
+            run.elapsed.as_secs_f64()
+        );
     }
     notebooks()
 }
@@ -455,7 +636,11 @@ pub fn book(serve: bool, port: u16) -> Result<()> {
     step("building the HTML book");
     tally.result("mdBook build", site::build());
     let outcome = tally.finish();
-    eprintln!("book built in {}: open {}", secs(start), root().join("book/index.html").display());
+    eprintln!(
+        "book built in {}: open {}",
+        secs(start),
+        root().join("book/index.html").display()
+    );
     outcome?;
     if serve {
         site::serve(port)?;
@@ -475,14 +660,22 @@ fn execute_notebooks(tally: &mut Tally, chapters: &[Chapter]) {
     step("notebooks: execute in Jupyter with the evcxr kernel under the second setting, compare with the chapters");
     let library = match notebook::built_library(chapters) {
         Ok(library) => library,
-        Err(err) => return tally.check("notebooks: the library as the chapters build it", vec![err]),
+        Err(err) => {
+            return tally.check("notebooks: the library as the chapters build it", vec![err])
+        }
     };
     // Chapter order: the first (Chapter 0, short) runs alone while evcxr's
     // cargo sets up slot 0's build folder.
     let order = chapters.to_vec();
     let run = |slot: usize, chapter: &Chapter| {
         let t = Instant::now();
-        let got = notebook::execute(&notebook::path(chapter), &scratch_figures(chapter, "jupyter"), setup::CHECK_KERNEL, slot, &library);
+        let got = notebook::execute(
+            &notebook::path(chapter),
+            &scratch_figures(chapter, "jupyter"),
+            setup::CHECK_KERNEL,
+            slot,
+            &library,
+        );
         eprintln!("  notebook {} executed in {}", chapter.name, secs(t));
         got
     };
@@ -498,8 +691,20 @@ fn execute_notebooks(tally: &mut Tally, chapters: &[Chapter]) {
         }
     }
     for (chapter, got) in order.iter().zip(results) {
-        let name = format!("notebook {}: outputs equal the chapter, under the second setting", chapter.name);
-        let expected: Vec<&str> = chapter.cells.iter().map(|cell| cell.output.as_ref().map(|(text, _, _)| text.as_str()).unwrap_or("")).collect();
+        let name = format!(
+            "notebook {}: outputs equal the chapter, under the second setting",
+            chapter.name
+        );
+        let expected: Vec<&str> = chapter
+            .cells
+            .iter()
+            .map(|cell| {
+                cell.output
+                    .as_ref()
+                    .map(|(text, _, _)| text.as_str())
+                    .unwrap_or("")
+            })
+            .collect();
         match got {
             Ok(got) if got.len() == expected.len() => {
                 let problems: Vec<String> = got
@@ -510,9 +715,19 @@ fn execute_notebooks(tally: &mut Tally, chapters: &[Chapter]) {
                     .map(|((g, e), cell)| format!("cell at chapters/{}.md line {} differs in Jupyter (second setting):\n{}", chapter.name, cell.line, diff(e, g)))
                     .collect();
                 tally.check(&name, problems);
-                tally.check(&format!("notebook {}: figures", chapter.name), figure_problems(chapter, &scratch_figures(chapter, "jupyter")));
+                tally.check(
+                    &format!("notebook {}: figures", chapter.name),
+                    figure_problems(chapter, &scratch_figures(chapter, "jupyter")),
+                );
             }
-            Ok(got) => tally.check(&name, vec![format!("{} code cells ran, expected {}", got.len(), expected.len())]),
+            Ok(got) => tally.check(
+                &name,
+                vec![format!(
+                    "{} code cells ran, expected {}",
+                    got.len(),
+                    expected.len()
+                )],
+            ),
             Err(err) => tally.check(&name, vec![err]),
         }
     }
@@ -520,11 +735,57 @@ fn execute_notebooks(tally: &mut Tally, chapters: &[Chapter]) {
 
 /// The checks of the chapters' text that need no run.
 fn static_checks(tally: &mut Tally, chapters: &[Chapter]) {
-    tally.check("anchors: each opens once per file and is closed", chapter::anchor_problems());
-    tally.check("order: no module, chapter or exercise uses a later chapter's module", chapter::order_problems());
-    tally.check("cells: no closure kept from one cell to the next (evcxr cannot)", chapter::kept_closure_problems());
+    tally.check(
+        "anchors: each opens once per file and is closed",
+        chapter::anchor_problems(),
+    );
+    tally.check(
+        "order: no module, chapter or exercise uses a later chapter's module",
+        chapter::order_problems(),
+    );
+    tally.check(
+        "cells: no closure kept from one cell to the next (evcxr cannot)",
+        chapter::kept_closure_problems(),
+    );
     tally.check("notebooks up to date", notebook_problems(chapters));
-    tally.check("links: every mention of another chapter links to it", chapter::link_problems());
+    tally.check(
+        "links: every mention of another chapter links to it",
+        chapter::link_problems(),
+    );
+    tally.check(
+        "format: cargo fmt --all --check (rustfmt.toml)",
+        format_problems(),
+    );
+}
+
+/// The workspace's Rust must be as `cargo fmt` writes it under `rustfmt.toml`:
+/// the library's code is what the chapters include, and the book's pages are
+/// about 100 characters wide.
+fn format_problems() -> Vec<String> {
+    let mut cmd = Command::new("cargo");
+    match util::capture(cmd.args(["fmt", "--all", "--check"]).current_dir(root())) {
+        Ok(out) if out.status.success() => Vec::new(),
+        Ok(out) => {
+            let diff = String::from_utf8_lossy(&out.stdout).to_string();
+            let files: std::collections::BTreeSet<String> = diff
+                .lines()
+                .filter_map(|l| l.strip_prefix("Diff in "))
+                .map(|l| l.rsplit_once(':').map_or(l, |(file, _)| file).to_string())
+                .collect();
+            let mut problems: Vec<String> = files
+                .into_iter()
+                .map(|f| format!("{f} is not formatted"))
+                .collect();
+            problems.push(format!(
+                "run `cargo fmt --all`; the first differences:\n{}",
+                diff.chars().take(2000).collect::<String>()
+            ));
+            problems
+        }
+        Err(err) => vec![format!(
+            "cannot run cargo fmt (rustfmt comes with rustup's default profile): {err}"
+        )],
+    }
 }
 
 /// Only the notebook check of the test command (setup included): every
@@ -534,7 +795,14 @@ pub fn test_notebooks(queries: &[String]) -> Result<()> {
     let start = Instant::now();
     setup::all(false)?;
     let mut tally = Tally::default();
-    let chapters = if queries.is_empty() { chapter::all()? } else { queries.iter().map(|q| chapter::find(q)).collect::<Result<_>>()? };
+    let chapters = if queries.is_empty() {
+        chapter::all()?
+    } else {
+        queries
+            .iter()
+            .map(|q| chapter::find(q))
+            .collect::<Result<_>>()?
+    };
     tally.check("notebooks up to date", notebook_problems(&chapters));
     execute_notebooks(&mut tally, &chapters);
     eprintln!("  time: total: {}", secs(start));
@@ -554,7 +822,8 @@ pub fn test(jupyter: bool) -> Result<()> {
     if jupyter {
         let run_cache = root().join("target/run-cache");
         let _ = std::fs::remove_dir_all(&run_cache);
-        std::fs::create_dir_all(&run_cache).map_err(|err| format!("cannot create {}: {err}", run_cache.display()))?;
+        std::fs::create_dir_all(&run_cache)
+            .map_err(|err| format!("cannot create {}: {err}", run_cache.display()))?;
         std::env::set_var("AGENTRL_RUN_CACHE", &run_cache);
     }
 
@@ -564,10 +833,21 @@ pub fn test(jupyter: bool) -> Result<()> {
     // the chapters' and exercises' builds, which then reuse these artifacts.
     // xtask's first, while its dependencies are as `cargo xtask` just built them.
     step("library tests (cargo test -p xtask; cargo test -p agentrl)");
-    tally.result("xtask tests", run(Command::new("cargo").args(["test", "-p", "xtask"]).current_dir(root())));
+    tally.result(
+        "xtask tests",
+        run(Command::new("cargo")
+            .args(["test", "-p", "xtask"])
+            .current_dir(root())),
+    );
     // The test harness runs tests on both cores and libtorch gives each two
     // threads; idle OpenMP threads must sleep rather than spin (see book_env).
-    tally.result("library tests", run(Command::new("cargo").args(["test", "-p", "agentrl"]).env("OMP_WAIT_POLICY", "PASSIVE").current_dir(root())));
+    tally.result(
+        "library tests",
+        run(Command::new("cargo")
+            .args(["test", "-p", "agentrl"])
+            .env("OMP_WAIT_POLICY", "PASSIVE")
+            .current_dir(root())),
+    );
     times.insert("library tests", secs(t));
 
     let t = Instant::now();
@@ -614,9 +894,27 @@ pub fn test(jupyter: bool) -> Result<()> {
 /// (Chapter 18), drawn by the library's `dashboard` binary in the book environment.
 pub fn dashboard(run_dir: &Path, out: Option<&Path>) -> Result<()> {
     setup::all(false)?;
-    let absolute = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf()) };
+    let absolute = |p: &Path| {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            std::env::current_dir()
+                .map(|d| d.join(p))
+                .unwrap_or_else(|_| p.to_path_buf())
+        }
+    };
     let mut cmd = Command::new("cargo");
-    cmd.args(["run", "--quiet", "--release", "-p", "agentrl", "--bin", "dashboard", "--"]).arg(absolute(run_dir));
+    cmd.args([
+        "run",
+        "--quiet",
+        "--release",
+        "-p",
+        "agentrl",
+        "--bin",
+        "dashboard",
+        "--",
+    ])
+    .arg(absolute(run_dir));
     if let Some(out) = out {
         cmd.arg(absolute(out));
     }
@@ -628,12 +926,32 @@ pub fn dashboard(run_dir: &Path, out: Option<&Path>) -> Result<()> {
 pub fn fuzz(inputs: u64, seed: u64, targets: &[String]) -> Result<()> {
     setup::all(false)?;
     let mut build = Command::new("cargo");
-    build.args(["build", "--quiet", "--release", "-p", "agentrl", "--bin", "fuzz", "--bin", "sandbox-child"]);
+    build.args([
+        "build",
+        "--quiet",
+        "--release",
+        "-p",
+        "agentrl",
+        "--bin",
+        "fuzz",
+        "--bin",
+        "sandbox-child",
+    ]);
     run(build.envs(setup::book_env()).current_dir(root()))?;
     let report = root().join("target/fuzz/report.json");
-    std::fs::create_dir_all(report.parent().expect("a directory")).map_err(|e| format!("cannot create target/fuzz: {e}"))?;
+    std::fs::create_dir_all(report.parent().expect("a directory"))
+        .map_err(|e| format!("cannot create target/fuzz: {e}"))?;
     let mut cmd = Command::new(root().join("target/release/fuzz"));
-    cmd.args(["--inputs", &inputs.to_string(), "--seed", &seed.to_string(), "--threads", "2", "--report"]).arg(&report);
+    cmd.args([
+        "--inputs",
+        &inputs.to_string(),
+        "--seed",
+        &seed.to_string(),
+        "--threads",
+        "2",
+        "--report",
+    ])
+    .arg(&report);
     for target in targets {
         cmd.args(["--target", target]);
     }
@@ -644,12 +962,22 @@ pub fn fuzz(inputs: u64, seed: u64, targets: &[String]) -> Result<()> {
 pub fn capstone(short: bool, record: bool) -> Result<()> {
     setup::all(false)?;
     let mut cmd = Command::new("cargo");
-    cmd.args(["run", "--quiet", "--release", "-p", "agentrl", "--bin", "capstone", "--"]);
+    cmd.args([
+        "run",
+        "--quiet",
+        "--release",
+        "-p",
+        "agentrl",
+        "--bin",
+        "capstone",
+        "--",
+    ]);
     if short {
         cmd.arg("--short");
     }
     if record {
-        cmd.arg("--record").arg(root().join("data/capstone-report.json"));
+        cmd.arg("--record")
+            .arg(root().join("data/capstone-report.json"));
     }
     run(cmd.envs(setup::book_env()).current_dir(root()))
 }
@@ -659,14 +987,24 @@ mod tests {
     use super::*;
 
     fn chapter(name: &str) -> Chapter {
-        Chapter { name: name.into(), path: PathBuf::new(), lines: Vec::new(), cells: Vec::new() }
+        Chapter {
+            name: name.into(),
+            path: PathBuf::new(),
+            lines: Vec::new(),
+            cells: Vec::new(),
+        }
     }
 
     #[test]
     fn the_chapters_run_longest_first_and_an_unmeasured_one_counts_as_150_seconds() {
         let names = ["00-a", "01-b", "04-c", "05-d", "13-e", "16-f", "21-new"];
-        let order: Vec<String> = longest_first(names.iter().map(|n| chapter(n)).collect()).into_iter().map(|c| c.name).collect();
-        assert_eq!(order, ["04-c", "16-f", "21-new", "05-d", "13-e", "00-a", "01-b"]);
+        let order: Vec<String> = longest_first(names.iter().map(|n| chapter(n)).collect())
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(
+            order,
+            ["04-c", "16-f", "21-new", "05-d", "13-e", "00-a", "01-b"]
+        );
     }
 }
-

@@ -69,7 +69,11 @@ pub struct Report {
 pub fn exercises(query: &str, solutions: bool) -> Result<()> {
     let chapter = find(query)?;
     let nn = chapter.name[..2].to_string();
-    if !root().join("exercises/src").join(format!("ch{nn}")).is_dir() {
+    if !root()
+        .join("exercises/src")
+        .join(format!("ch{nn}"))
+        .is_dir()
+    {
         let exercises = read_exercises(&chapter)?;
         println!("{}", heading(&chapter, false));
         for exercise in &exercises {
@@ -79,19 +83,37 @@ pub fn exercises(query: &str, solutions: bool) -> Result<()> {
         return Ok(());
     }
     setup::solving()?;
-    step(&format!("grading Chapter {}'s exercises: cargo test -p exercises --lib{} -- ch{nn}::tests::", number(&nn), if solutions { " --features solutions" } else { "" }));
+    step(&format!(
+        "grading Chapter {}'s exercises: cargo test -p exercises --lib{} -- ch{nn}::tests::",
+        number(&nn),
+        if solutions {
+            " --features solutions"
+        } else {
+            ""
+        }
+    ));
     let report = grade(&chapter, solutions, true)?;
     println!("{}", heading(&chapter, report.solutions));
     for (exercise, status) in &report.exercises {
         println!("{}", line(&report.nn, exercise, status));
     }
-    let graded: Vec<&Status> = report.exercises.iter().map(|(_, s)| s).filter(|s| **s != Status::Prose).collect();
+    let graded: Vec<&Status> = report
+        .exercises
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| **s != Status::Prose)
+        .collect();
     let solved = graded.iter().filter(|s| ***s == Status::Solved).count();
     println!("{solved} of {} graded exercises solved; the reference solutions are in exercises/src/ch{nn}/solutions.rs", graded.len());
     if solved == graded.len() {
         Ok(())
     } else {
-        Err(format!("{} of Chapter {}'s {} graded exercises not solved yet", graded.len() - solved, number(&nn), graded.len()))
+        Err(format!(
+            "{} of Chapter {}'s {} graded exercises not solved yet",
+            graded.len() - solved,
+            number(&nn),
+            graded.len()
+        ))
     }
 }
 
@@ -101,7 +123,10 @@ pub fn find(query: &str) -> Result<Chapter> {
     let q = query.trim();
     let q = q.strip_prefix("chapters/").unwrap_or(q);
     let q = q.strip_suffix(".md").unwrap_or(q);
-    let q = q.strip_prefix("ch").filter(|rest| rest.chars().next().is_some_and(|c| c.is_ascii_digit())).unwrap_or(q);
+    let q = q
+        .strip_prefix("ch")
+        .filter(|rest| rest.chars().next().is_some_and(|c| c.is_ascii_digit()))
+        .unwrap_or(q);
     chapter::find(q)
 }
 
@@ -114,7 +139,9 @@ pub fn grade(chapter: &Chapter, solutions: bool, show_cargo: bool) -> Result<Rep
     let exercises = read_exercises(chapter)?;
     let mut cmd = Command::new("cargo");
     // As `site::grade_exercises` runs them, so that each reuses the other's build.
-    cmd.args(["test", "-p", "exercises", "--lib"]).env("OMP_WAIT_POLICY", "PASSIVE").current_dir(root());
+    cmd.args(["test", "-p", "exercises", "--lib"])
+        .env("OMP_WAIT_POLICY", "PASSIVE")
+        .current_dir(root());
     // The messages, not where they came from (a backtrace would bury them).
     cmd.env("RUST_BACKTRACE", "0");
     if solutions {
@@ -127,7 +154,11 @@ pub fn grade(chapter: &Chapter, solutions: bool, show_cargo: bool) -> Result<Rep
     let out = capture(&mut cmd)?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !stdout.contains("test result:") {
-        let errors = if show_cargo { "cargo's errors are above".to_string() } else { String::from_utf8_lossy(&out.stderr).to_string() };
+        let errors = if show_cargo {
+            "cargo's errors are above".to_string()
+        } else {
+            String::from_utf8_lossy(&out.stderr).to_string()
+        };
         return Err(format!(
             "the exercises crate did not build ({}), so no exercise could be graded (it compiles every chapter's stubs together: an error in any of them stops the grading): {errors}",
             out.status
@@ -141,7 +172,11 @@ pub fn grade(chapter: &Chapter, solutions: bool, show_cargo: bool) -> Result<Rep
             (exercise, status)
         })
         .collect();
-    Ok(Report { nn, exercises, solutions })
+    Ok(Report {
+        nn,
+        exercises,
+        solutions,
+    })
 }
 
 /// The verdict on `exercise` from the tests' `outcomes` (keyed by full test name).
@@ -152,8 +187,16 @@ fn status(nn: &str, exercise: &Exercise, outcomes: &BTreeMap<String, Outcome>) -
     for test in &exercise.tests {
         match outcomes.get(&format!("ch{nn}::tests::{test}")) {
             None => return Status::NotRun { test: test.clone() },
-            Some(Outcome { passed: false, message }) => {
-                return Status::NotSolved { test: test.clone(), message: message.clone().unwrap_or_else(|| "failed (no message)".into()) }
+            Some(Outcome {
+                passed: false,
+                message,
+            }) => {
+                return Status::NotSolved {
+                    test: test.clone(),
+                    message: message
+                        .clone()
+                        .unwrap_or_else(|| "failed (no message)".into()),
+                }
             }
             Some(_) => {}
         }
@@ -163,14 +206,25 @@ fn status(nn: &str, exercise: &Exercise, outcomes: &BTreeMap<String, Outcome>) -
 
 /// The report's first line.
 fn heading(chapter: &Chapter, solutions: bool) -> String {
-    let title = chapter.lines.iter().find_map(|l| l.strip_prefix("# ")).unwrap_or(&chapter.name).to_string();
-    let what = if solutions { ", graded on the reference solutions" } else { "" };
+    let title = chapter
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix("# "))
+        .unwrap_or(&chapter.name)
+        .to_string();
+    let what = if solutions {
+        ", graded on the reference solutions"
+    } else {
+        ""
+    };
     format!("\x1b[1mChapter {title}: exercises{what}\x1b[0m")
 }
 
 /// The chapter's number without its leading zero.
 fn number(nn: &str) -> String {
-    nn.parse::<u32>().map(|n| n.to_string()).unwrap_or_else(|_| nn.to_string())
+    nn.parse::<u32>()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| nn.to_string())
 }
 
 /// Longest message shown on an exercise's line.
@@ -181,7 +235,10 @@ const MESSAGE_CHARS: usize = 300;
 pub fn line(nn: &str, exercise: &Exercise, status: &Status) -> String {
     let n = number(nn);
     let verdict = match status {
-        Status::Solved => format!("\x1b[32msolved\x1b[0m ({} checks pass)", exercise.tests.len()),
+        Status::Solved => format!(
+            "\x1b[32msolved\x1b[0m ({} checks pass)",
+            exercise.tests.len()
+        ),
         Status::NotSolved { test, message } => {
             let mut shown: String = message.chars().take(MESSAGE_CHARS).collect();
             if message.chars().count() > MESSAGE_CHARS {
@@ -189,31 +246,55 @@ pub fn line(nn: &str, exercise: &Exercise, status: &Status) -> String {
             }
             format!("\x1b[31mnot solved\x1b[0m: {test}: {shown}")
         }
-        Status::NotRun { test } => format!("\x1b[31mnot graded\x1b[0m: its test {test} did not run"),
+        Status::NotRun { test } => {
+            format!("\x1b[31mnot graded\x1b[0m: its test {test} did not run")
+        }
         Status::Prose => "no test (a question answered in prose)".to_string(),
     };
     let mut places = Vec::new();
     if let Some((first, _)) = exercise.stubs.first() {
         let names: Vec<&str> = exercise.stubs.iter().map(|(_, f)| f.as_str()).collect();
-        places.push(format!("stub exercises/src/ch{nn}/stubs.rs:{first} ({})", names.join(", ")));
+        places.push(format!(
+            "stub exercises/src/ch{nn}/stubs.rs:{first} ({})",
+            names.join(", ")
+        ));
     }
     if let Some(answer) = exercise.answer {
         places.push(format!("answer chapters/answers-{nn}.md:{answer}"));
     }
-    format!("Exercise {n}.{} {}: {verdict}\n    {}", exercise.number, exercise.title, places.join(" · "))
+    format!(
+        "Exercise {n}.{} {}: {verdict}\n    {}",
+        exercise.number,
+        exercise.title,
+        places.join(" · ")
+    )
 }
 
 /// A chapter's exercises, from its grading tests, stubs, answers and its own
 /// list of exercises (for titles the answers do not give), in order.
 pub fn read_exercises(chapter: &Chapter) -> Result<Vec<Exercise>> {
     let nn = &chapter.name[..2];
-    let n: u32 = nn.parse().map_err(|_| format!("chapter {} does not start with its number", chapter.name))?;
+    let n: u32 = nn
+        .parse()
+        .map_err(|_| format!("chapter {} does not start with its number", chapter.name))?;
     let dir = root().join("exercises/src").join(format!("ch{nn}"));
-    let read_if = |path: std::path::PathBuf| if path.exists() { util::read(&path) } else { Ok(String::new()) };
+    let read_if = |path: std::path::PathBuf| {
+        if path.exists() {
+            util::read(&path)
+        } else {
+            Ok(String::new())
+        }
+    };
     let tests = read_if(dir.join("tests.rs"))?;
     let stubs = read_if(dir.join("stubs.rs"))?;
     let answers = read_if(root().join("chapters").join(format!("answers-{nn}.md")))?;
-    Ok(exercises_from(n, &tests, &stubs, &answers, &chapter.lines.join("\n")))
+    Ok(exercises_from(
+        n,
+        &tests,
+        &stubs,
+        &answers,
+        &chapter.lines.join("\n"),
+    ))
 }
 
 /// The exercises of chapter `n` from the texts of its tests, stubs, answers
@@ -221,11 +302,20 @@ pub fn read_exercises(chapter: &Chapter) -> Result<Vec<Exercise>> {
 fn exercises_from(n: u32, tests: &str, stubs: &str, answers: &str, chapter: &str) -> Vec<Exercise> {
     let mut by_number: BTreeMap<u32, Exercise> = BTreeMap::new();
     fn entry(map: &mut BTreeMap<u32, Exercise>, k: u32) -> &mut Exercise {
-        map.entry(k).or_insert_with(|| Exercise { number: k, title: String::new(), tests: Vec::new(), stubs: Vec::new(), answer: None })
+        map.entry(k).or_insert_with(|| Exercise {
+            number: k,
+            title: String::new(),
+            tests: Vec::new(),
+            stubs: Vec::new(),
+            answer: None,
+        })
     }
     // Answers: `## Exercise N.K: title` (the title may be missing).
     for (i, line) in answers.lines().enumerate() {
-        if let Some((k, rest)) = line.strip_prefix("## Exercise ").and_then(|rest| exercise_number(n, rest)) {
+        if let Some((k, rest)) = line
+            .strip_prefix("## Exercise ")
+            .and_then(|rest| exercise_number(n, rest))
+        {
             let e = entry(&mut by_number, k);
             e.answer.get_or_insert(i + 1);
             let title = rest.trim_start_matches(':').trim();
@@ -238,7 +328,13 @@ fn exercises_from(n: u32, tests: &str, stubs: &str, answers: &str, chapter: &str
     let lines: Vec<&str> = stubs.lines().collect();
     for (i, line) in lines.iter().enumerate() {
         let opens = i == 0 || !lines[i - 1].trim_start().starts_with("///");
-        let Some((k, _)) = line.strip_prefix("/// Exercise ").and_then(|rest| exercise_number(n, rest)).filter(|_| opens) else { continue };
+        let Some((k, _)) = line
+            .strip_prefix("/// Exercise ")
+            .and_then(|rest| exercise_number(n, rest))
+            .filter(|_| opens)
+        else {
+            continue;
+        };
         let Some((at, function)) = lines.iter().enumerate().skip(i).find_map(|(j, l)| {
             let rest = l.strip_prefix("pub fn ")?;
             Some((j + 1, rest.split(['(', '<']).next()?.trim().to_string()))
@@ -250,17 +346,38 @@ fn exercises_from(n: u32, tests: &str, stubs: &str, answers: &str, chapter: &str
     // Tests: `#[test]` then `fn exK_...`.
     let lines: Vec<&str> = tests.lines().collect();
     for (i, line) in lines.iter().enumerate() {
-        let Some(name) = line.trim_start().strip_prefix("fn ").and_then(|rest| rest.split('(').next()) else { continue };
-        let Some(k) = name.strip_prefix("ex").and_then(|rest| rest.split('_').next()).and_then(|digits| digits.parse::<u32>().ok()) else { continue };
-        let attributes = lines[..i].iter().rev().take_while(|l| l.trim_start().starts_with("#["));
+        let Some(name) = line
+            .trim_start()
+            .strip_prefix("fn ")
+            .and_then(|rest| rest.split('(').next())
+        else {
+            continue;
+        };
+        let Some(k) = name
+            .strip_prefix("ex")
+            .and_then(|rest| rest.split('_').next())
+            .and_then(|digits| digits.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let attributes = lines[..i]
+            .iter()
+            .rev()
+            .take_while(|l| l.trim_start().starts_with("#["));
         if attributes.clone().any(|l| l.trim() == "#[test]") {
             entry(&mut by_number, k).tests.push(name.to_string());
         }
     }
     // Titles the answers do not give: the chapter's list, `K. **Title.** ...`.
     if let Some(start) = chapter.lines().position(|l| l.trim() == "## Exercises") {
-        for line in chapter.lines().skip(start + 1).take_while(|l| !l.starts_with("## ")) {
-            let Some((k, rest)) = line.split_once(". **") else { continue };
+        for line in chapter
+            .lines()
+            .skip(start + 1)
+            .take_while(|l| !l.starts_with("## "))
+        {
+            let Some((k, rest)) = line.split_once(". **") else {
+                continue;
+            };
             let Ok(k) = k.parse::<u32>() else { continue };
             if let (Some(e), Some((title, _))) = (by_number.get_mut(&k), rest.split_once("**")) {
                 if e.title.is_empty() {
@@ -286,15 +403,31 @@ fn exercise_number(n: u32, text: &str) -> Option<(u32, &str)> {
 pub fn parse_libtest(stdout: &str) -> BTreeMap<String, Outcome> {
     let mut outcomes: BTreeMap<String, Outcome> = BTreeMap::new();
     for line in stdout.lines() {
-        let Some((name, verdict)) = line.strip_prefix("test ").and_then(|rest| rest.rsplit_once(" ... ")) else { continue };
+        let Some((name, verdict)) = line
+            .strip_prefix("test ")
+            .and_then(|rest| rest.rsplit_once(" ... "))
+        else {
+            continue;
+        };
         let verdict = verdict.trim();
         if verdict == "ok" || verdict.starts_with("FAILED") {
-            outcomes.insert(name.trim().to_string(), Outcome { passed: verdict == "ok", message: None });
+            outcomes.insert(
+                name.trim().to_string(),
+                Outcome {
+                    passed: verdict == "ok",
+                    message: None,
+                },
+            );
         }
     }
     let mut lines = stdout.lines().peekable();
     while let Some(line) = lines.next() {
-        let Some(name) = line.strip_prefix("---- ").and_then(|rest| rest.strip_suffix(" stdout ----")) else { continue };
+        let Some(name) = line
+            .strip_prefix("---- ")
+            .and_then(|rest| rest.strip_suffix(" stdout ----"))
+        else {
+            continue;
+        };
         let mut section = Vec::new();
         while let Some(next) = lines.peek() {
             if next.starts_with("---- ") || next.trim_end() == "failures:" {
@@ -317,15 +450,28 @@ fn failure_message(section: &[&str]) -> Option<String> {
     if let Some(at) = section.iter().position(|l| l.contains("panicked at ")) {
         let head = section[at];
         // Before Rust 1.73 the message stood on the same line: `panicked at 'message', file:line:col`.
-        let inline = head.split_once("panicked at '").and_then(|(_, rest)| rest.rsplit_once("', ")).map(|(m, _)| m.to_string());
+        let inline = head
+            .split_once("panicked at '")
+            .and_then(|(_, rest)| rest.rsplit_once("', "))
+            .map(|(m, _)| m.to_string());
         let message = inline.unwrap_or_else(|| {
             let end = |l: &&str| l.starts_with("note: ") || l.starts_with("stack backtrace:");
-            let body: Vec<&str> = section[at + 1..].iter().copied().take_while(|l| !end(l)).map(str::trim).filter(|l| !l.is_empty()).collect();
+            let body: Vec<&str> = section[at + 1..]
+                .iter()
+                .copied()
+                .take_while(|l| !end(l))
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
             body.join(" ")
         });
         return (!message.is_empty()).then_some(message);
     }
-    section.iter().map(|l| l.trim()).find(|l| !l.is_empty() && !backtrace_note(l)).map(|l| l.trim_start_matches("note: ").to_string())
+    section
+        .iter()
+        .map(|l| l.trim())
+        .find(|l| !l.is_empty() && !backtrace_note(l))
+        .map(|l| l.trim_start_matches("note: ").to_string())
 }
 
 #[cfg(test)]
@@ -366,12 +512,33 @@ test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured; 70 filtered out;
     fn libtest_output_gives_each_test_its_verdict_and_message() {
         let got = parse_libtest(LIBTEST);
         assert_eq!(got.len(), 3);
-        assert_eq!(got["ch07::tests::ex1_minimises"], Outcome { passed: false, message: Some("not yet implemented: Exercise 7.1: the baseline".into()) });
-        assert_eq!(got["ch07::tests::ex2_recovers"], Outcome { passed: true, message: None });
-        assert_eq!(got["ch07::tests::ex3_matches"].message.as_deref(), Some("assertion `left == right` failed: GAE at t = 0 left: 1.0 right: 0.5"));
+        assert_eq!(
+            got["ch07::tests::ex1_minimises"],
+            Outcome {
+                passed: false,
+                message: Some("not yet implemented: Exercise 7.1: the baseline".into())
+            }
+        );
+        assert_eq!(
+            got["ch07::tests::ex2_recovers"],
+            Outcome {
+                passed: true,
+                message: None
+            }
+        );
+        assert_eq!(
+            got["ch07::tests::ex3_matches"].message.as_deref(),
+            Some("assertion `left == right` failed: GAE at t = 0 left: 1.0 right: 0.5")
+        );
         let old = "---- a stdout ----\nthread 'a' panicked at 'wrong sum', src/x.rs:1:2\n";
-        assert_eq!(failure_message(&old.lines().skip(1).collect::<Vec<_>>()).as_deref(), Some("wrong sum"));
-        assert_eq!(failure_message(&["note: test did not panic as expected at src/x.rs:3:4"]).as_deref(), Some("test did not panic as expected at src/x.rs:3:4"));
+        assert_eq!(
+            failure_message(&old.lines().skip(1).collect::<Vec<_>>()).as_deref(),
+            Some("wrong sum")
+        );
+        assert_eq!(
+            failure_message(&["note: test did not panic as expected at src/x.rs:3:4"]).as_deref(),
+            Some("test did not panic as expected at src/x.rs:3:4")
+        );
     }
 
     #[test]
@@ -382,12 +549,50 @@ test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured; 70 filtered out;
         let chapter = "# 7. Title\n## Exercises\n\n1. **One.** Write it.\n2. **Two.** Write it.\n3. **Design: three.** Think.\n## In real systems\n4. **Not an exercise.**";
         let got = exercises_from(7, tests, stubs, answers, chapter);
         assert_eq!(got.len(), 3);
-        assert_eq!(got[0], Exercise { number: 1, title: "the first one".into(), tests: vec!["ex1_a".into(), "ex1_c".into()], stubs: vec![(3, "first".into())], answer: Some(3) });
-        assert_eq!(got[1], Exercise { number: 2, title: "Two".into(), tests: vec!["ex2_b".into()], stubs: vec![(8, "second".into()), (10, "third".into())], answer: None });
-        assert_eq!(got[2], Exercise { number: 3, title: "Design: three".into(), tests: vec![], stubs: vec![], answer: Some(6) });
+        assert_eq!(
+            got[0],
+            Exercise {
+                number: 1,
+                title: "the first one".into(),
+                tests: vec!["ex1_a".into(), "ex1_c".into()],
+                stubs: vec![(3, "first".into())],
+                answer: Some(3)
+            }
+        );
+        assert_eq!(
+            got[1],
+            Exercise {
+                number: 2,
+                title: "Two".into(),
+                tests: vec!["ex2_b".into()],
+                stubs: vec![(8, "second".into()), (10, "third".into())],
+                answer: None
+            }
+        );
+        assert_eq!(
+            got[2],
+            Exercise {
+                number: 3,
+                title: "Design: three".into(),
+                tests: vec![],
+                stubs: vec![],
+                answer: Some(6)
+            }
+        );
         let outcomes = parse_libtest("test ch07::tests::ex1_a ... ok\ntest ch07::tests::ex1_c ... FAILED\n---- ch07::tests::ex1_c stdout ----\nthread 'x' panicked at a.rs:1:1:\nwrong\n");
-        assert_eq!(status("07", &got[0], &outcomes), Status::NotSolved { test: "ex1_c".into(), message: "wrong".into() });
-        assert_eq!(status("07", &got[1], &outcomes), Status::NotRun { test: "ex2_b".into() });
+        assert_eq!(
+            status("07", &got[0], &outcomes),
+            Status::NotSolved {
+                test: "ex1_c".into(),
+                message: "wrong".into()
+            }
+        );
+        assert_eq!(
+            status("07", &got[1], &outcomes),
+            Status::NotRun {
+                test: "ex2_b".into()
+            }
+        );
         assert_eq!(status("07", &got[2], &outcomes), Status::Prose);
         assert_eq!(number("07"), "7");
         assert_eq!(number("00"), "0");
@@ -396,8 +601,18 @@ test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured; 70 filtered out;
 
     #[test]
     fn a_chapter_is_found_by_number_by_module_name_and_by_file_name() {
-        for query in ["7", "07", "ch07", "07-advantages", "chapters/07-advantages-and-credit-assignment.md"] {
-            assert_eq!(find(query).unwrap().name, "07-advantages-and-credit-assignment", "{query}");
+        for query in [
+            "7",
+            "07",
+            "ch07",
+            "07-advantages",
+            "chapters/07-advantages-and-credit-assignment.md",
+        ] {
+            assert_eq!(
+                find(query).unwrap().name,
+                "07-advantages-and-credit-assignment",
+                "{query}"
+            );
         }
         assert!(find("ch99").is_err());
     }
@@ -408,15 +623,28 @@ test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured; 70 filtered out;
     /// (`cargo xtask setup`), as the exercises crate links it.
     #[test]
     fn the_report_on_stubs_and_on_the_reference_solutions() {
-        assert!(setup::libtorch().join("lib").is_dir(), "no libtorch at {}: run `cargo xtask setup` first", setup::libtorch().display());
+        assert!(
+            setup::libtorch().join("lib").is_dir(),
+            "no libtorch at {}: run `cargo xtask setup` first",
+            setup::libtorch().display()
+        );
         let chapter = find("7").unwrap();
         let exercises = read_exercises(&chapter).unwrap();
         let graded = exercises.iter().filter(|e| !e.tests.is_empty()).count();
         assert_eq!(graded, 5, "Exercises 7.1 to 7.5 are graded by tests");
-        assert!(exercises.iter().all(|e| !e.title.is_empty() && e.answer.is_some()), "every exercise has a title and a model answer: {exercises:?}");
+        assert!(
+            exercises
+                .iter()
+                .all(|e| !e.title.is_empty() && e.answer.is_some()),
+            "every exercise has a title and a model answer: {exercises:?}"
+        );
 
         let stubs = grade(&chapter, false, false).unwrap();
-        let shown: Vec<String> = stubs.exercises.iter().map(|(e, s)| line(&stubs.nn, e, s)).collect();
+        let shown: Vec<String> = stubs
+            .exercises
+            .iter()
+            .map(|(e, s)| line(&stubs.nn, e, s))
+            .collect();
         eprintln!("the report on the stubs:\n{}", shown.join("\n"));
         for ((exercise, status), text) in stubs.exercises.iter().zip(&shown) {
             if exercise.tests.is_empty() {
@@ -424,19 +652,42 @@ test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured; 70 filtered out;
                 continue;
             }
             match status {
-                Status::NotSolved { message, .. } => assert!(message.contains(&format!("Exercise 7.{}", exercise.number)), "the stub's todo!() names its exercise: {message}"),
+                Status::NotSolved { message, .. } => assert!(
+                    message.contains(&format!("Exercise 7.{}", exercise.number)),
+                    "the stub's todo!() names its exercise: {message}"
+                ),
                 other => panic!("Exercise 7.{} on the stubs: {other:?}", exercise.number),
             }
-            assert!(text.contains("not solved") && text.contains("exercises/src/ch07/stubs.rs:") && text.contains("chapters/answers-07.md:"), "{text}");
+            assert!(
+                text.contains("not solved")
+                    && text.contains("exercises/src/ch07/stubs.rs:")
+                    && text.contains("chapters/answers-07.md:"),
+                "{text}"
+            );
         }
 
         let solutions = grade(&chapter, true, false).unwrap();
         assert!(solutions.solutions);
-        let shown: Vec<String> = solutions.exercises.iter().map(|(e, s)| line(&solutions.nn, e, s)).collect();
-        eprintln!("the report on the reference solutions:\n{}", shown.join("\n"));
+        let shown: Vec<String> = solutions
+            .exercises
+            .iter()
+            .map(|(e, s)| line(&solutions.nn, e, s))
+            .collect();
+        eprintln!(
+            "the report on the reference solutions:\n{}",
+            shown.join("\n")
+        );
         for (exercise, status) in &solutions.exercises {
-            let want = if exercise.tests.is_empty() { Status::Prose } else { Status::Solved };
-            assert_eq!(*status, want, "Exercise 7.{} on the reference solutions", exercise.number);
+            let want = if exercise.tests.is_empty() {
+                Status::Prose
+            } else {
+                Status::Solved
+            };
+            assert_eq!(
+                *status, want,
+                "Exercise 7.{} on the reference solutions",
+                exercise.number
+            );
         }
     }
 }

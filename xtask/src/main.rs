@@ -95,7 +95,10 @@ enum Cmd {
     },
     /// Draw the dashboard of a training run (Chapter 18): RUN_DIR holds its metrics.jsonl and
     /// schedule.json; the figure goes to OUT (default RUN_DIR/dashboard.svg).
-    Dashboard { run_dir: std::path::PathBuf, out: Option<std::path::PathBuf> },
+    Dashboard {
+        run_dir: std::path::PathBuf,
+        out: Option<std::path::PathBuf>,
+    },
     /// Fuzz the call parser, the environment step and both sandboxed runners (Chapter 19):
     /// INPUTS in all (default ten million), seeded; prints counts by outcome, the slowest input,
     /// memory, and every property that broke, and fails if any did.
@@ -136,11 +139,23 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Setup { browser } => setup::all(browser),
-        Cmd::Book { serve, port, run: false } => readers::read(serve, port),
-        Cmd::Book { serve, port, run: true } => checks::book(serve, port),
+        Cmd::Book {
+            serve,
+            port,
+            run: false,
+        } => readers::read(serve, port),
+        Cmd::Book {
+            serve,
+            port,
+            run: true,
+        } => checks::book(serve, port),
         Cmd::Lab { no_browser, port } => readers::lab(!no_browser && readers::has_display(), port),
         Cmd::Exercises { chapter, solutions } => exercises::exercises(&chapter, solutions),
-        Cmd::Test { only_jupyter: true, chapters, .. } => checks::test_notebooks(&chapters),
+        Cmd::Test {
+            only_jupyter: true,
+            chapters,
+            ..
+        } => checks::test_notebooks(&chapters),
         Cmd::Test { no_jupyter, .. } => checks::test(!no_jupyter),
         Cmd::Run { chapter } => checks::run_one(&chapter),
         Cmd::Refresh { chapter } => checks::refresh(chapter.as_deref()),
@@ -149,7 +164,11 @@ fn main() {
         Cmd::Perf { stored } => perf::perf(stored),
         Cmd::Setting { vars, chapters } => checks::setting(&vars, &chapters),
         Cmd::Dashboard { run_dir, out } => checks::dashboard(&run_dir, out.as_deref()),
-        Cmd::Fuzz { inputs, seed, targets } => checks::fuzz(inputs, seed, &targets),
+        Cmd::Fuzz {
+            inputs,
+            seed,
+            targets,
+        } => checks::fuzz(inputs, seed, &targets),
         Cmd::Capstone { short, record } => checks::capstone(short, record),
         Cmd::Runs { chapter } => crate::chapter::find(&chapter).map(|c| {
             for line in checks::run_fingerprints(&c.name) {

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 pub fn path(chapter: &Chapter) -> PathBuf {
-    root().join("notebooks").join(format!("{}.ipynb", chapter.name))
+    root()
+        .join("notebooks")
+        .join(format!("{}.ipynb", chapter.name))
 }
 
 /// The first code cell: load the library (and tch) into the kernel.
@@ -61,7 +63,9 @@ fn for_notebook(markdown: &str) -> String {
         let head = &text[..at];
         let link_start = head.rfind("](").map(|p| p + 2).unwrap_or(at);
         let target = &text[link_start..at];
-        if target.len() > 3 && target.as_bytes()[..2].iter().all(u8::is_ascii_digit) || target.starts_with("answers") {
+        if target.len() > 3 && target.as_bytes()[..2].iter().all(u8::is_ascii_digit)
+            || target.starts_with("answers")
+        {
             out.push_str(head);
             out.push_str(".ipynb)");
         } else {
@@ -93,9 +97,17 @@ pub fn generate(chapter: &Chapter) -> Result<String> {
             cells.push(markdown_cell(&for_notebook(&text)));
         }
         prose.clear();
-        let output = cell.output.as_ref().map(|(text, _, _)| text.as_str()).unwrap_or("");
+        let output = cell
+            .output
+            .as_ref()
+            .map(|(text, _, _)| text.as_str())
+            .unwrap_or("");
         cells.push(code_cell(&cell.code, output));
-        at = cell.output.as_ref().map(|(_, _, end)| *end).unwrap_or(cell.end);
+        at = cell
+            .output
+            .as_ref()
+            .map(|(_, _, end)| *end)
+            .unwrap_or(cell.end);
     }
     prose.push_str(&chapter.lines[at..].join("\n"));
     let text = expand_includes(&prose)?;
@@ -178,9 +190,14 @@ fn snapshot_folder() -> PathBuf {
 fn satisfies(pkg_id: &str, spec: &str) -> bool {
     let (source, version) = pkg_id.rsplit_once('#').unwrap_or((pkg_id, ""));
     let version = version.rsplit('@').next().unwrap_or(version);
-    if let Some(path) = spec.split_once("path").and_then(|(_, rest)| rest.split('"').nth(1)) {
+    if let Some(path) = spec
+        .split_once("path")
+        .and_then(|(_, rest)| rest.split('"').nth(1))
+    {
         let wanted = root().join("notebooks").join(path).canonicalize().ok();
-        let got = source.strip_prefix("path+file://").and_then(|p| Path::new(p).canonicalize().ok());
+        let got = source
+            .strip_prefix("path+file://")
+            .and_then(|p| Path::new(p).canonicalize().ok());
         return wanted.is_some() && wanted == got;
     }
     let req = spec.trim_matches('"');
@@ -202,23 +219,43 @@ pub fn built_library(chapters: &[Chapter]) -> Result<BuiltLibrary> {
     }
     let cargo = |args: &[&str]| {
         let mut command = Command::new("cargo");
-        command.args(args).arg("--manifest-path").arg(&manifest).env("CARGO_TARGET_DIR", root().join("target")).current_dir(root());
+        command
+            .args(args)
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .env("CARGO_TARGET_DIR", root().join("target"))
+            .current_dir(root());
         command.stderr(Stdio::inherit());
         command
     };
     // The runner's own dependencies, as cargo resolved them.
     let out = util::capture(&mut cargo(&["metadata", "--format-version", "1"]))?;
     if !out.status.success() {
-        return Err(format!("cargo metadata of {} failed ({})", manifest.display(), out.status));
+        return Err(format!(
+            "cargo metadata of {} failed ({})",
+            manifest.display(),
+            out.status
+        ));
     }
-    let metadata: Value = serde_json::from_slice(&out.stdout).map_err(|err| format!("cargo metadata: {err}"))?;
-    let runner_id = metadata["resolve"]["root"].as_str().ok_or("cargo metadata names no root package")?.to_string();
-    let node = metadata["resolve"]["nodes"].as_array().and_then(|nodes| nodes.iter().find(|n| n["id"] == runner_id.as_str())).ok_or("cargo metadata: no node for the chapter runner")?;
+    let metadata: Value =
+        serde_json::from_slice(&out.stdout).map_err(|err| format!("cargo metadata: {err}"))?;
+    let runner_id = metadata["resolve"]["root"]
+        .as_str()
+        .ok_or("cargo metadata names no root package")?
+        .to_string();
+    let node = metadata["resolve"]["nodes"]
+        .as_array()
+        .and_then(|nodes| nodes.iter().find(|n| n["id"] == runner_id.as_str()))
+        .ok_or("cargo metadata: no node for the chapter runner")?;
     let runner_deps: BTreeMap<&str, &str> = node["deps"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|dep| dep["dep_kinds"].as_array().is_some_and(|kinds| kinds.iter().any(|k| k["kind"].is_null())))
+        .filter(|dep| {
+            dep["dep_kinds"]
+                .as_array()
+                .is_some_and(|kinds| kinds.iter().any(|k| k["kind"].is_null()))
+        })
         .filter_map(|dep| Some((dep["name"].as_str()?, dep["pkg"].as_str()?)))
         .collect();
     let mut externs = Vec::new();
@@ -230,38 +267,73 @@ pub fn built_library(chapters: &[Chapter]) -> Result<BuiltLibrary> {
         externs.push((name, pkg.to_string()));
     }
 
-    let out = util::capture(&mut cargo(&["build", "--lib", "--message-format=json-render-diagnostics"]))?;
+    let out = util::capture(&mut cargo(&[
+        "build",
+        "--lib",
+        "--message-format=json-render-diagnostics",
+    ]))?;
     if !out.status.success() {
-        return Err(format!("cargo build of {} failed ({})", manifest.display(), out.status));
+        return Err(format!(
+            "cargo build of {} failed ({})",
+            manifest.display(),
+            out.status
+        ));
     }
     let snapshot = snapshot_folder();
     let _ = std::fs::remove_dir_all(&snapshot);
-    std::fs::create_dir_all(&snapshot).map_err(|err| format!("cannot create {}: {err}", snapshot.display()))?;
+    std::fs::create_dir_all(&snapshot)
+        .map_err(|err| format!("cannot create {}: {err}", snapshot.display()))?;
     // package id -> its rlibs in the snapshot (two if it is also built for build scripts)
     let mut rlibs: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     let mut native: Vec<String> = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(message) = serde_json::from_str::<Value>(line) else { continue };
+        let Ok(message) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
         match message["reason"].as_str() {
             Some("compiler-artifact") if message["package_id"] != runner_id.as_str() => {
-                if message["target"]["kind"].as_array().is_some_and(|kinds| kinds.iter().any(|k| k == "custom-build")) {
+                if message["target"]["kind"]
+                    .as_array()
+                    .is_some_and(|kinds| kinds.iter().any(|k| k == "custom-build"))
+                {
                     continue;
                 }
-                for file in message["filenames"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                for file in message["filenames"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                {
                     let from = Path::new(file);
-                    let to = snapshot.join(from.file_name().ok_or_else(|| format!("cargo reported an artifact without a file name: {file}"))?);
+                    let to = snapshot.join(from.file_name().ok_or_else(|| {
+                        format!("cargo reported an artifact without a file name: {file}")
+                    })?);
                     if !to.exists() {
                         std::fs::hard_link(from, &to)
                             .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
-                            .map_err(|err| format!("cannot link {} into {}: {err}", from.display(), snapshot.display()))?;
+                            .map_err(|err| {
+                                format!(
+                                    "cannot link {} into {}: {err}",
+                                    from.display(),
+                                    snapshot.display()
+                                )
+                            })?;
                     }
                     if to.extension().is_some_and(|ext| ext == "rlib") {
-                        rlibs.entry(message["package_id"].as_str().unwrap_or("").to_string()).or_default().push(to);
+                        rlibs
+                            .entry(message["package_id"].as_str().unwrap_or("").to_string())
+                            .or_default()
+                            .push(to);
                     }
                 }
             }
             Some("build-script-executed") => {
-                for path in message["linked_paths"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                for path in message["linked_paths"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                {
                     if !native.iter().any(|p| p == path) {
                         native.push(path.to_string());
                     }
@@ -270,7 +342,10 @@ pub fn built_library(chapters: &[Chapter]) -> Result<BuiltLibrary> {
             _ => {}
         }
     }
-    let mut flags = vec!["-L".to_string(), format!("dependency={}", snapshot.display())];
+    let mut flags = vec![
+        "-L".to_string(),
+        format!("dependency={}", snapshot.display()),
+    ];
     for path in native {
         flags.push("-L".into());
         flags.push(path);
@@ -293,10 +368,16 @@ pub fn built_library(chapters: &[Chapter]) -> Result<BuiltLibrary> {
     // 25 ms (`python3` through a version manager's shim can take 250 ms)
     let quoted = |path: &Path| format!("'{}'", path.display().to_string().replace('\'', "'\\''"));
     let wrapper = snapshot.join("rustc-wrapper");
-    let launcher = format!("#!/bin/sh\nexec {} -S {} {} \"$@\"\n", quoted(&setup::python()), quoted(&root().join("xtask/python/rustc_wrapper.py")), quoted(&snapshot.join("link-args")));
+    let launcher = format!(
+        "#!/bin/sh\nexec {} -S {} {} \"$@\"\n",
+        quoted(&setup::python()),
+        quoted(&root().join("xtask/python/rustc_wrapper.py")),
+        quoted(&snapshot.join("link-args"))
+    );
     util::write(&wrapper, &launcher)?;
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).map_err(|err| format!("cannot make {} executable: {err}", wrapper.display()))?;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
+        .map_err(|err| format!("cannot make {} executable: {err}", wrapper.display()))?;
     Ok(BuiltLibrary { folder: snapshot })
 }
 
@@ -312,13 +393,23 @@ pub fn build_folder(slot: usize) -> PathBuf {
 pub fn copy_build_folder(from: usize, to: usize) -> Result<()> {
     let (from, to) = (build_folder(from), build_folder(to));
     if to.exists() {
-        std::fs::remove_dir_all(&to).map_err(|err| format!("cannot remove {}: {err}", to.display()))?;
+        std::fs::remove_dir_all(&to)
+            .map_err(|err| format!("cannot remove {}: {err}", to.display()))?;
     }
-    let status = Command::new("cp").arg("-a").arg(&from).arg(&to).status().map_err(|err| format!("cannot run cp: {err}"))?;
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(&from)
+        .arg(&to)
+        .status()
+        .map_err(|err| format!("cannot run cp: {err}"))?;
     if status.success() {
         Ok(())
     } else {
-        Err(format!("cp -a {} {} failed ({status})", from.display(), to.display()))
+        Err(format!(
+            "cp -a {} {} failed ({status})",
+            from.display(),
+            to.display()
+        ))
     }
 }
 
@@ -327,8 +418,16 @@ pub fn copy_build_folder(from: usize, to: usize) -> Result<()> {
 /// code cell's stdout (the preamble cell excluded) and any error outputs.
 /// Runs that happen at the same time need different `slot`s: each slot has
 /// its own evcxr build folder, reused by the slot's later runs.
-pub fn execute(notebook: &Path, figures_dir: &Path, kernel: &str, slot: usize, library: &BuiltLibrary) -> Result<Vec<String>> {
-    let out_path = root().join("target/notebooks-run").join(notebook.file_name().unwrap());
+pub fn execute(
+    notebook: &Path,
+    figures_dir: &Path,
+    kernel: &str,
+    slot: usize,
+    library: &BuiltLibrary,
+) -> Result<Vec<String>> {
+    let out_path = root()
+        .join("target/notebooks-run")
+        .join(notebook.file_name().unwrap());
     std::fs::create_dir_all(out_path.parent().unwrap()).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_dir_all(figures_dir);
     std::fs::create_dir_all(figures_dir).map_err(|e| e.to_string())?;
@@ -350,19 +449,40 @@ pub fn execute(notebook: &Path, figures_dir: &Path, kernel: &str, slot: usize, l
         .env("EVCXR_TMPDIR", &evcxr_dir)
         .current_dir(notebook.parent().unwrap())
         .status()
-        .map_err(|err| format!("could not start the notebook executor {}: {err}", script.display()))?;
+        .map_err(|err| {
+            format!(
+                "could not start the notebook executor {}: {err}",
+                script.display()
+            )
+        })?;
     if !status.success() {
-        return Err(format!("executing {} in Jupyter failed ({status})", notebook.display()));
+        return Err(format!(
+            "executing {} in Jupyter failed ({status})",
+            notebook.display()
+        ));
     }
-    let executed: Value = serde_json::from_str(&util::read(&out_path)?).map_err(|e| e.to_string())?;
+    let executed: Value =
+        serde_json::from_str(&util::read(&out_path)?).map_err(|e| e.to_string())?;
     let mut outputs = Vec::new();
-    for cell in executed["cells"].as_array().unwrap().iter().filter(|c| c["cell_type"] == "code").skip(1) {
+    for cell in executed["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["cell_type"] == "code")
+        .skip(1)
+    {
         let mut text = String::new();
         for output in cell["outputs"].as_array().unwrap() {
             match output["output_type"].as_str() {
-                Some("stream") if output["name"] == "stdout" => text.push_str(&joined(&output["text"])),
+                Some("stream") if output["name"] == "stdout" => {
+                    text.push_str(&joined(&output["text"]))
+                }
                 Some("error") => {
-                    return Err(format!("a cell raised an error in Jupyter:\n{}\n{}", joined(&cell["source"]), output["evalue"]))
+                    return Err(format!(
+                        "a cell raised an error in Jupyter:\n{}\n{}",
+                        joined(&cell["source"]),
+                        output["evalue"]
+                    ))
                 }
                 _ => {}
             }
@@ -402,7 +522,10 @@ mod tests {
         let agentrl = format!("path+file://{}#0.1.0", root().join("agentrl").display());
         assert!(satisfies(&agentrl, "{ path = \"../agentrl\" }"));
         assert!(!satisfies(&agentrl, "{ path = \"../exercises\" }"));
-        assert!(!satisfies(&format!("{registry}agentrl@0.1.0"), "{ path = \"../agentrl\" }"));
+        assert!(!satisfies(
+            &format!("{registry}agentrl@0.1.0"),
+            "{ path = \"../agentrl\" }"
+        ));
     }
 
     /// The wrapper with `echo` for rustc: a cell's arguments are rewritten,
@@ -413,28 +536,106 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let link_args = dir.join("link-args");
-        std::fs::write(&link_args, "-L\ndependency=/built\n--extern\nagentrl=/built/libagentrl-1.rlib\n").unwrap();
+        std::fs::write(
+            &link_args,
+            "-L\ndependency=/built\n--extern\nagentrl=/built/libagentrl-1.rlib\n",
+        )
+        .unwrap();
         let script = root().join("xtask/python/rustc_wrapper.py");
         // the interpreter the launcher uses, if setup has made it
-        let python = if setup::python().exists() { setup::python() } else { PathBuf::from("python3") };
-        let wrapper = |args: &[&str]| Command::new(&python).arg("-S").arg(&script).arg(&link_args).arg("echo").args(args).output().unwrap();
+        let python = if setup::python().exists() {
+            setup::python()
+        } else {
+            PathBuf::from("python3")
+        };
+        let wrapper = |args: &[&str]| {
+            Command::new(&python)
+                .arg("-S")
+                .arg(&script)
+                .arg(&link_args)
+                .arg("echo")
+                .args(args)
+                .output()
+                .unwrap()
+        };
 
-        let cell = wrapper(&["--crate-name", "ctx", "--crate-type", "cdylib", "-L", "dependency=/evcxr/deps", "--extern", "agentrl=/evcxr/deps/libagentrl-2.rlib", "-Cprefer-dynamic"]);
+        let cell = wrapper(&[
+            "--crate-name",
+            "ctx",
+            "--crate-type",
+            "cdylib",
+            "-L",
+            "dependency=/evcxr/deps",
+            "--extern",
+            "agentrl=/evcxr/deps/libagentrl-2.rlib",
+            "-Cprefer-dynamic",
+        ]);
         assert!(cell.status.success(), "{cell:?}");
         let line = String::from_utf8_lossy(&cell.stdout).trim().to_string();
         assert_eq!(line, "--crate-name ctx --crate-type cdylib -Cprefer-dynamic -L dependency=/built --extern agentrl=/built/libagentrl-1.rlib");
 
-        let unknown = wrapper(&["--crate-name", "ctx", "--crate-type", "cdylib", "--extern", "serde=/evcxr/deps/libserde-3.rlib"]);
-        assert!(!unknown.status.success() && String::from_utf8_lossy(&unknown.stderr).contains("`serde`"), "{unknown:?}");
+        let unknown = wrapper(&[
+            "--crate-name",
+            "ctx",
+            "--crate-type",
+            "cdylib",
+            "--extern",
+            "serde=/evcxr/deps/libserde-3.rlib",
+        ]);
+        assert!(
+            !unknown.status.success()
+                && String::from_utf8_lossy(&unknown.stderr).contains("`serde`"),
+            "{unknown:?}"
+        );
 
         let out = dir.join("out");
-        let script_build = wrapper(&["--crate-name", "build_script_build", "--crate-type", "bin", "--emit=dep-info,link", "-C", "extra-filename=-abc", "--out-dir", out.to_str().unwrap()]);
-        let lib = wrapper(&["--crate-name", "tch", "--crate-type", "lib", "--emit=dep-info,metadata,link", "-C", "extra-filename=-def", "--out-dir", out.to_str().unwrap()]);
-        assert!(script_build.status.success() && script_build.stdout.is_empty() && lib.stdout.is_empty(), "{script_build:?} {lib:?}");
-        let mut files: Vec<String> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+        let script_build = wrapper(&[
+            "--crate-name",
+            "build_script_build",
+            "--crate-type",
+            "bin",
+            "--emit=dep-info,link",
+            "-C",
+            "extra-filename=-abc",
+            "--out-dir",
+            out.to_str().unwrap(),
+        ]);
+        let lib = wrapper(&[
+            "--crate-name",
+            "tch",
+            "--crate-type",
+            "lib",
+            "--emit=dep-info,metadata,link",
+            "-C",
+            "extra-filename=-def",
+            "--out-dir",
+            out.to_str().unwrap(),
+        ]);
+        assert!(
+            script_build.status.success()
+                && script_build.stdout.is_empty()
+                && lib.stdout.is_empty(),
+            "{script_build:?} {lib:?}"
+        );
+        let mut files: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
         files.sort();
-        assert_eq!(files, ["build_script_build-abc", "build_script_build-abc.d", "libtch-def.rlib", "libtch-def.rmeta", "tch-def.d"]);
-        assert!(Command::new(out.join("build_script_build-abc")).status().unwrap().success());
+        assert_eq!(
+            files,
+            [
+                "build_script_build-abc",
+                "build_script_build-abc.d",
+                "libtch-def.rlib",
+                "libtch-def.rmeta",
+                "tch-def.d"
+            ]
+        );
+        assert!(Command::new(out.join("build_script_build-abc"))
+            .status()
+            .unwrap()
+            .success());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -14,14 +14,25 @@ const TABLE: &str = "chapters/appendix-performance-measured.md";
 
 /// The median time of a criterion benchmark, in seconds.
 fn median(group: &str, name: &str) -> Result<f64> {
-    let path = root().join("target/criterion").join(group).join(name).join("new/estimates.json");
-    let estimates: Value = serde_json::from_str(&util::read(&path)?).map_err(|err| format!("{}: {err}", path.display()))?;
-    estimates["median"]["point_estimate"].as_f64().map(|ns| ns * 1e-9).ok_or_else(|| format!("{}: no median", path.display()))
+    let path = root()
+        .join("target/criterion")
+        .join(group)
+        .join(name)
+        .join("new/estimates.json");
+    let estimates: Value = serde_json::from_str(&util::read(&path)?)
+        .map_err(|err| format!("{}: {err}", path.display()))?;
+    estimates["median"]["point_estimate"]
+        .as_f64()
+        .map(|ns| ns * 1e-9)
+        .ok_or_else(|| format!("{}: no median", path.display()))
 }
 
 /// The value after `label` on the line of `text` that starts with it.
 fn field(text: &str, label: &str, index: usize) -> Result<f64> {
-    let line = text.lines().find(|l| l.starts_with(label)).ok_or_else(|| format!("a benchmark printed no `{label}` line:\n{text}"))?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(label))
+        .ok_or_else(|| format!("a benchmark printed no `{label}` line:\n{text}"))?;
     line[label.len()..]
         .split_whitespace()
         .nth(index)
@@ -31,9 +42,23 @@ fn field(text: &str, label: &str, index: usize) -> Result<f64> {
 
 fn processor() -> String {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = info.lines().find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())).unwrap_or_else(|| "unknown".into());
-    let isa = if info.contains(" avx512f") { "AVX-512" } else if info.contains(" avx2") { "AVX2" } else { "no AVX2" };
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let model = info
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let isa = if info.contains(" avx512f") {
+        "AVX-512"
+    } else if info.contains(" avx2") {
+        "AVX2"
+    } else {
+        "no AVX2"
+    };
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     format!("{model} ({isa}, {cores} cores)")
 }
 
@@ -45,29 +70,51 @@ const BASELINE: &str = "9451f14";
 /// under `target/`) and from the current source, copied side by side into
 /// `target/criterion/` (both builds share the workspace's compiled
 /// dependencies, and cargo gives the two programs the same name).
-fn build_step_benchmarks(env: &[(String, String)]) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+fn build_step_benchmarks(
+    env: &[(String, String)],
+) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
     let tree = root().join("target/perf-baseline");
     if !tree.join("Cargo.toml").exists() {
         let _ = std::fs::remove_dir_all(&tree);
-        run(Command::new("git").args(["worktree", "add", "--force", "--detach"]).arg(&tree).arg(BASELINE).current_dir(root()))?;
+        run(Command::new("git")
+            .args(["worktree", "add", "--force", "--detach"])
+            .arg(&tree)
+            .arg(BASELINE)
+            .current_dir(root()))?;
     }
     // The baseline links the same libtorch.
     std::fs::create_dir_all(tree.join(".venv")).map_err(|err| err.to_string())?;
     let link = tree.join(".venv/libtorch");
     if std::fs::symlink_metadata(&link).is_err() {
-        std::os::unix::fs::symlink(setup::libtorch(), &link).map_err(|err| format!("cannot link libtorch into {}: {err}", tree.display()))?;
+        std::os::unix::fs::symlink(setup::libtorch(), &link)
+            .map_err(|err| format!("cannot link libtorch into {}: {err}", tree.display()))?;
     }
     let mut built = Vec::new();
-    for (name, dir) in [("train_step_baseline", tree.clone()), ("train_step_current", root())] {
+    for (name, dir) in [
+        ("train_step_baseline", tree.clone()),
+        ("train_step_current", root()),
+    ] {
         let out = util::capture(
             Command::new("cargo")
-                .args(["bench", "-p", "agentrl", "--bench", "train_step", "--no-run", "--message-format=json"])
+                .args([
+                    "bench",
+                    "-p",
+                    "agentrl",
+                    "--bench",
+                    "train_step",
+                    "--no-run",
+                    "--message-format=json",
+                ])
                 .env("CARGO_TARGET_DIR", root().join("target"))
                 .envs(env.iter().cloned())
                 .current_dir(&dir),
         )?;
         if !out.status.success() {
-            return Err(format!("building the train_step benchmark in {} failed:\n{}", dir.display(), String::from_utf8_lossy(&out.stderr)));
+            return Err(format!(
+                "building the train_step benchmark in {} failed:\n{}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
         }
         let executable = String::from_utf8_lossy(&out.stdout)
             .lines()
@@ -77,7 +124,8 @@ fn build_step_benchmarks(env: &[(String, String)]) -> Result<(std::path::PathBuf
             .ok_or_else(|| format!("cargo named no train_step executable in {}", dir.display()))?;
         let copy = root().join("target/criterion").join(name);
         std::fs::create_dir_all(copy.parent().unwrap()).map_err(|err| err.to_string())?;
-        std::fs::copy(&executable, &copy).map_err(|err| format!("cannot copy {executable}: {err}"))?;
+        std::fs::copy(&executable, &copy)
+            .map_err(|err| format!("cannot copy {executable}: {err}"))?;
         built.push(copy);
     }
     Ok((built.remove(0), built.remove(0)))
@@ -87,20 +135,42 @@ fn build_step_benchmarks(env: &[(String, String)]) -> Result<(std::path::PathBuf
 /// times each, and keep each run's printed table (the last run of each in
 /// `baseline_out` and `current_out`); returns the medians over rounds of
 /// (baseline step, current step, baseline learning, current learning), in seconds.
-fn step_ratios(env: &[(String, String)], rounds: usize, baseline_out: &std::path::Path, current_out: &std::path::Path) -> Result<(f64, f64, f64, f64)> {
+fn step_ratios(
+    env: &[(String, String)],
+    rounds: usize,
+    baseline_out: &std::path::Path,
+    current_out: &std::path::Path,
+) -> Result<(f64, f64, f64, f64)> {
     let (baseline, current) = build_step_benchmarks(env)?;
     let mut times: [Vec<f64>; 4] = Default::default();
     for round in 0..rounds {
-        for (k, (program, keep)) in [(&baseline, baseline_out), (&current, current_out)].into_iter().enumerate() {
-            eprintln!("  training step, round {} of {rounds}: {}", round + 1, program.display());
-            let out = util::capture(Command::new(program).arg("--bench").envs(env.iter().cloned()).current_dir(root()))?;
+        for (k, (program, keep)) in [(&baseline, baseline_out), (&current, current_out)]
+            .into_iter()
+            .enumerate()
+        {
+            eprintln!(
+                "  training step, round {} of {rounds}: {}",
+                round + 1,
+                program.display()
+            );
+            let out = util::capture(
+                Command::new(program)
+                    .arg("--bench")
+                    .envs(env.iter().cloned())
+                    .current_dir(root()),
+            )?;
             if !out.status.success() {
-                return Err(format!("{} failed:\n{}", program.display(), String::from_utf8_lossy(&out.stderr)));
+                return Err(format!(
+                    "{} failed:\n{}",
+                    program.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
             }
             let text = String::from_utf8_lossy(&out.stdout).to_string();
             times[k].push(field(&text, "step", 0)?);
             times[2 + k].push(field(&text, "learning", 0)?);
-            std::fs::write(keep, &text).map_err(|err| format!("cannot write {}: {err}", keep.display()))?;
+            std::fs::write(keep, &text)
+                .map_err(|err| format!("cannot write {}: {err}", keep.display()))?;
         }
     }
     let median = |v: &mut Vec<f64>| {
@@ -108,7 +178,12 @@ fn step_ratios(env: &[(String, String)], rounds: usize, baseline_out: &std::path
         v[v.len() / 2]
     };
     let [mut a, mut b, mut c, mut d] = times;
-    Ok((median(&mut a), median(&mut b), median(&mut c), median(&mut d)))
+    Ok((
+        median(&mut a),
+        median(&mut b),
+        median(&mut c),
+        median(&mut d),
+    ))
 }
 
 /// Run the benchmarks (unless `stored`: then rewrite the table from the
@@ -118,63 +193,131 @@ pub fn perf(stored: bool) -> Result<()> {
     let baseline_output = root().join("target/criterion/train_step_baseline.txt");
     let ratios_output = root().join("target/criterion/train_step_ratios.json");
     let target_output = root().join("target/criterion/time_to_target.txt");
-    let (rust_speed, torch_speed) = (root().join("target/criterion/policy_speed_rust.txt"), root().join("target/criterion/policy_speed_pytorch.txt"));
+    let (rust_speed, torch_speed) = (
+        root().join("target/criterion/policy_speed_rust.txt"),
+        root().join("target/criterion/policy_speed_pytorch.txt"),
+    );
     if !stored {
         setup::all(false)?;
         let env = setup::book_env();
         step("benchmarks: generation with and without the KV cache, the gym and its runners, padded and packed updates (criterion)");
-        run(Command::new("cargo").args(["bench", "-p", "agentrl", "--bench", "generate", "--bench", "gym", "--bench", "packing"]).envs(env.clone()).current_dir(root()))?;
+        run(Command::new("cargo")
+            .args([
+                "bench", "-p", "agentrl", "--bench", "generate", "--bench", "gym", "--bench",
+                "packing",
+            ])
+            .envs(env.clone())
+            .current_dir(root()))?;
         step(&format!("benchmark: one GRPO++ training step, this commit against {BASELINE} (built side by side), three rounds alternating"));
-        let (before, after, learning_before, learning_after) = step_ratios(&env, 3, &baseline_output, &step_output)?;
+        let (before, after, learning_before, learning_after) =
+            step_ratios(&env, 3, &baseline_output, &step_output)?;
         let ratios = serde_json::json!({"baseline": BASELINE, "step_before": before, "step_after": after, "learning_before": learning_before, "learning_after": learning_after});
-        std::fs::write(&ratios_output, ratios.to_string()).map_err(|err| format!("cannot write {}: {err}", ratios_output.display()))?;
+        std::fs::write(&ratios_output, ratios.to_string())
+            .map_err(|err| format!("cannot write {}: {err}", ratios_output.display()))?;
         step("benchmark: GRPO++ to a mean held-out success of 0.8 over five seeds, two at a time");
-        let out = util::capture(Command::new("cargo").args(["bench", "-p", "agentrl", "--bench", "time_to_target"]).envs(env.clone()).current_dir(root()))?;
+        let out = util::capture(
+            Command::new("cargo")
+                .args(["bench", "-p", "agentrl", "--bench", "time_to_target"])
+                .envs(env.clone())
+                .current_dir(root()),
+        )?;
         if !out.status.success() {
-            return Err(format!("the time_to_target benchmark failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+            return Err(format!(
+                "the time_to_target benchmark failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
         }
-        std::fs::write(&target_output, &out.stdout).map_err(|err| format!("cannot write {}: {err}", target_output.display()))?;
+        std::fs::write(&target_output, &out.stdout)
+            .map_err(|err| format!("cannot write {}: {err}", target_output.display()))?;
         step("the policy's speed: TinyAgent in tch (benchmark policy_speed), then the same model in PyTorch eager (benches/policy_speed.py)");
         let mut tch_bench = Command::new("cargo");
         tch_bench.args(["bench", "-p", "agentrl", "--bench", "policy_speed"]);
         let mut eager = Command::new(setup::python());
         eager.arg(root().join("agentrl/benches/policy_speed.py"));
-        for (what, command, output) in [("the policy_speed benchmark", &mut tch_bench, &rust_speed), ("benches/policy_speed.py", &mut eager, &torch_speed)] {
+        for (what, command, output) in [
+            ("the policy_speed benchmark", &mut tch_bench, &rust_speed),
+            ("benches/policy_speed.py", &mut eager, &torch_speed),
+        ] {
             let out = util::capture(command.envs(setup::book_env()).current_dir(root()))?;
             if !out.status.success() {
-                return Err(format!("{what} failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+                return Err(format!(
+                    "{what} failed:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
             }
-            std::fs::write(output, &out.stdout).map_err(|err| format!("cannot write {}: {err}", output.display()))?;
+            std::fs::write(output, &out.stdout)
+                .map_err(|err| format!("cannot write {}: {err}", output.display()))?;
         }
     }
     let (rust, torch) = (util::read(&rust_speed)?, util::read(&torch_speed)?);
     let speed = |text: &str, label: &str| field(text, label, 0);
     if speed(&rust, "parameters ")? != speed(&torch, "parameters ")? {
-        return Err(format!("the PyTorch model is not TinyAgent's shape: {} and {} count different parameters", rust_speed.display(), torch_speed.display()));
+        return Err(format!(
+            "the PyTorch model is not TinyAgent's shape: {} and {} count different parameters",
+            rust_speed.display(),
+            torch_speed.display()
+        ));
     }
     let text = util::read(&step_output)?;
-    let (cached, recomputed) = (median("generate_256", "kv_cache")?, median("generate_256", "recompute")?);
+    let (cached, recomputed) = (
+        median("generate_256", "kv_cache")?,
+        median("generate_256", "recompute")?,
+    );
     let single = median("generate_256", "kv_cache_32_bit")?;
-    let (cold, warm, process) = (median("runner", "in_process_cold_compile")?, median("runner", "in_process_cached_compile")?, median("runner", "process")?);
-    let (generation, environment, learning) = (field(&text, "generation", 1)?, field(&text, "environment", 1)?, field(&text, "learning", 1)?);
+    let (cold, warm, process) = (
+        median("runner", "in_process_cold_compile")?,
+        median("runner", "in_process_cached_compile")?,
+        median("runner", "process")?,
+    );
+    let (generation, environment, learning) = (
+        field(&text, "generation", 1)?,
+        field(&text, "environment", 1)?,
+        field(&text, "learning", 1)?,
+    );
     let per_action = field(&text, "sequence tokens per trained action token:", 0)?;
-    let ratios: Value = serde_json::from_str(&util::read(&ratios_output)?).map_err(|err| format!("{}: {err}", ratios_output.display()))?;
-    let number = |key: &str| ratios[key].as_f64().ok_or_else(|| format!("{}: no {key}", ratios_output.display()));
-    let (step_ratio, learning_ratio) = (number("step_before")? / number("step_after")?, number("learning_before")? / number("learning_after")?);
+    let ratios: Value = serde_json::from_str(&util::read(&ratios_output)?)
+        .map_err(|err| format!("{}: {err}", ratios_output.display()))?;
+    let number = |key: &str| {
+        ratios[key]
+            .as_f64()
+            .ok_or_else(|| format!("{}: no {key}", ratios_output.display()))
+    };
+    let (step_ratio, learning_ratio) = (
+        number("step_before")? / number("step_after")?,
+        number("learning_before")? / number("learning_after")?,
+    );
     let episode = median("gym", "random_episode")?;
-    let (padded, sorted) = (median("update_64", "padded")?, median("update_64", "sorted")?);
-    let (packed_384, packed_768) = (median("update_64", "packed_384")?, median("update_64", "packed_768")?);
+    let (padded, sorted) = (
+        median("update_64", "padded")?,
+        median("update_64", "sorted")?,
+    );
+    let (packed_384, packed_768) = (
+        median("update_64", "packed_384")?,
+        median("update_64", "packed_768")?,
+    );
     // The time-to-target run: its target line and the seeds' spread, or that it missed.
     let target = util::read(&target_output)?;
-    let after = |label: &str| target.lines().find_map(|l| l.strip_prefix(label).map(str::to_string));
-    let (to_target, iteration, spread) = match (after("time to target: "), after("target: mean held-out >= 0.8 over 5 seeds first at iteration "), after("training seconds per seed to iteration ")) {
+    let after = |label: &str| {
+        target
+            .lines()
+            .find_map(|l| l.strip_prefix(label).map(str::to_string))
+    };
+    let (to_target, iteration, spread) = match (
+        after("time to target: "),
+        after("target: mean held-out >= 0.8 over 5 seeds first at iteration "),
+        after("training seconds per seed to iteration "),
+    ) {
         (Some(time), Some(iteration), Some(per_seed)) => {
             let seconds = time.split_whitespace().next().unwrap_or("?").to_string();
-            let range = per_seed.split_once(": ").map(|(_, r)| r.to_string()).unwrap_or(per_seed.clone());
+            let range = per_seed
+                .split_once(": ")
+                .map(|(_, r)| r.to_string())
+                .unwrap_or(per_seed.clone());
             (format!("{seconds} s"), iteration, format!("{range} s"))
         }
         _ => {
-            let missed = after("target: mean held-out >= 0.8 ").ok_or_else(|| format!("{}: no target line", target_output.display()))?;
+            let missed = after("target: mean held-out >= 0.8 ")
+                .ok_or_else(|| format!("{}: no target line", target_output.display()))?;
             (missed, "–".to_string(), "–".to_string())
         }
     };
@@ -209,7 +352,8 @@ pub fn perf(stored: bool) -> Result<()> {
     for (what, of, value) in rows {
         table.push_str(&format!("| {what} | {of} | {value} |\n"));
     }
-    std::fs::write(root().join(TABLE), &table).map_err(|err| format!("cannot write {TABLE}: {err}"))?;
+    std::fs::write(root().join(TABLE), &table)
+        .map_err(|err| format!("cannot write {TABLE}: {err}"))?;
     eprintln!("{table}\nwrote {TABLE}");
     Ok(())
 }

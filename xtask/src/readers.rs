@@ -4,8 +4,8 @@
 //! is in `exercises.rs`.) Each installs only what it needs.
 
 use crate::setup::{self, KERNEL};
-use crate::util::{root, secs, step, Result};
 use crate::site;
+use crate::util::{root, secs, step, Result};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,11 @@ pub fn read(serve: bool, port: u16) -> Result<()> {
     } else {
         eprintln!("\x1b[33mwarning:\x1b[0m the built pages have problems (`cargo xtask html` checks them in full):\n{}", problems.join("\n"));
     }
-    eprintln!("book built in {}: {}", secs(start), root().join("book/index.html").display());
+    eprintln!(
+        "book built in {}: {}",
+        secs(start),
+        root().join("book/index.html").display()
+    );
     if serve {
         site::serve(port)?;
     }
@@ -36,7 +40,10 @@ pub fn read(serve: bool, port: u16) -> Result<()> {
 /// Whether JupyterLab should open a browser: only where there is a display
 /// to show one (on Linux, `DISPLAY` or `WAYLAND_DISPLAY`; always on macOS).
 pub fn has_display() -> bool {
-    cfg!(target_os = "macos") || ["DISPLAY", "WAYLAND_DISPLAY"].iter().any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+    cfg!(target_os = "macos")
+        || ["DISPLAY", "WAYLAND_DISPLAY"]
+            .iter()
+            .any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
 }
 
 /// Whether this process runs as root (Jupyter refuses to start as root
@@ -44,7 +51,12 @@ pub fn has_display() -> bool {
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|status| status.lines().find_map(|l| l.strip_prefix("Uid:").map(|ids| ids.split_whitespace().next() == Some("0"))))
+        .and_then(|status| {
+            status.lines().find_map(|l| {
+                l.strip_prefix("Uid:")
+                    .map(|ids| ids.split_whitespace().next() == Some("0"))
+            })
+        })
         .unwrap_or(false)
 }
 
@@ -68,15 +80,25 @@ pub fn lab(open_browser: bool, port: u16) -> Result<()> {
     setup::running()?;
     // Fail clearly on a busy port rather than let Jupyter pick another one
     // than the URL printed.
-    drop(std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|err| format!("cannot use port {port} for JupyterLab ({err}): pass another with --port"))?);
+    drop(
+        std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|err| {
+            format!("cannot use port {port} for JupyterLab ({err}): pass another with --port")
+        })?,
+    );
     let token = token()?;
     let notebooks = root().join("notebooks");
     let mut cmd = Command::new(setup::venv().join("bin/jupyter"));
     cmd.arg("lab")
         .arg(format!("--ServerApp.root_dir={}", notebooks.display()))
-        .args(["--ServerApp.ip=127.0.0.1", &format!("--ServerApp.port={port}"), "--ServerApp.port_retries=0"])
+        .args([
+            "--ServerApp.ip=127.0.0.1",
+            &format!("--ServerApp.port={port}"),
+            "--ServerApp.port_retries=0",
+        ])
         .arg(format!("--IdentityProvider.token={token}"))
-        .arg(format!("--MappingKernelManager.default_kernel_name={KERNEL}"))
+        .arg(format!(
+            "--MappingKernelManager.default_kernel_name={KERNEL}"
+        ))
         // One Ctrl-C stops it, without the question Jupyter otherwise asks.
         .arg("--ServerApp.answer_yes=True")
         .current_dir(&notebooks);
@@ -86,14 +108,21 @@ pub fn lab(open_browser: bool, port: u16) -> Result<()> {
     if is_root() {
         cmd.arg("--allow-root");
     }
-    step(&format!("starting JupyterLab {} on notebooks/ (Ctrl-C to stop)", setup::JUPYTERLAB));
-    let mut child = cmd.spawn().map_err(|err| format!("could not start {cmd:?}: {err}"))?;
+    step(&format!(
+        "starting JupyterLab {} on notebooks/ (Ctrl-C to stop)",
+        setup::JUPYTERLAB
+    ));
+    let mut child = cmd
+        .spawn()
+        .map_err(|err| format!("could not start {cmd:?}: {err}"))?;
     let url = format!("http://127.0.0.1:{port}/lab?token={token}");
     // JupyterLab logs its start-up at length; the URL is printed once it answers.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if let Some(status) = child.try_wait().map_err(|err| err.to_string())? {
-            return Err(format!("JupyterLab stopped before it answered ({status}); its messages are above"));
+            return Err(format!(
+                "JupyterLab stopped before it answered ({status}); its messages are above"
+            ));
         }
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
             break;

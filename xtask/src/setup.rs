@@ -24,7 +24,13 @@ pub const OPENENV: &str = "0.3.0";
 /// pydantic, FastMCP's client), but not gradio, the OpenAI and Hugging Face
 /// clients or the CLI, which a full install brings (448 MB instead of about
 /// 100 MB).
-const OPENENV_CLIENT_DEPS: &[&str] = &["fastapi==0.165.0", "pydantic==2.14.4", "fastmcp-slim[client]==4.2.3", "requests==2.34.2", "websockets==17.4"];
+const OPENENV_CLIENT_DEPS: &[&str] = &[
+    "fastapi==0.165.0",
+    "pydantic==2.14.4",
+    "fastmcp-slim[client]==4.2.3",
+    "requests==2.34.2",
+    "websockets==17.4",
+];
 pub const KERNEL: &str = "agentrl-rust";
 /// The kernel the test command executes the notebooks with: the second setting.
 pub const CHECK_KERNEL: &str = "agentrl-rust-second-setting";
@@ -59,7 +65,9 @@ impl Tools {
     /// Wait until the tools are installed (at once if they were already).
     pub fn wait(&mut self) -> Result<()> {
         match self.0.take() {
-            Some(handle) => handle.join().unwrap_or_else(|_| Err("installing the book tools panicked".into())),
+            Some(handle) => handle
+                .join()
+                .unwrap_or_else(|_| Err("installing the book tools panicked".into())),
             None => Ok(()),
         }
     }
@@ -75,8 +83,12 @@ pub fn begin(browser: bool) -> Result<Tools> {
     // Downloads (pip, apt) and compiling (cargo install) use different
     // resources, so the book tools compile while the packages download.
     let builds = missing_tools();
-    let tools = Tools((!builds.is_empty()).then(|| std::thread::spawn(move || build_tools(builds))));
-    libtorch_link().and_then(|()| jupyter()).and_then(|()| openenv_client()).and_then(|()| if browser { chromium() } else { Ok(()) })?;
+    let tools =
+        Tools((!builds.is_empty()).then(|| std::thread::spawn(move || build_tools(builds))));
+    libtorch_link()
+        .and_then(|()| jupyter())
+        .and_then(|()| openenv_client())
+        .and_then(|()| if browser { chromium() } else { Ok(()) })?;
     kernelspec()?;
     katex_assets()?;
     if tools.0.as_ref().is_some_and(|h| !h.is_finished()) {
@@ -90,13 +102,19 @@ pub fn begin(browser: bool) -> Result<Tools> {
 /// fetched. No virtualenv, no libtorch, no evcxr, no Chromium.
 pub fn reading() -> Result<()> {
     let start = Instant::now();
-    let builds: Vec<_> = missing_tools().into_iter().filter(|(name, _)| name.starts_with("mdbook")).collect();
+    let builds: Vec<_> = missing_tools()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("mdbook"))
+        .collect();
     let fresh = !builds.is_empty();
     let mut tools = Tools(fresh.then(|| std::thread::spawn(move || build_tools(builds))));
     katex_assets()?;
     tools.wait()?;
     if fresh {
-        eprintln!("the book's reading tools are installed ({})", util::secs(start));
+        eprintln!(
+            "the book's reading tools are installed ({})",
+            util::secs(start)
+        );
     }
     Ok(())
 }
@@ -114,10 +132,15 @@ pub fn solving() -> Result<()> {
 pub fn running() -> Result<()> {
     let start = Instant::now();
     python_env()?;
-    let builds: Vec<_> = missing_tools().into_iter().filter(|(name, _)| *name == "evcxr_jupyter").collect();
+    let builds: Vec<_> = missing_tools()
+        .into_iter()
+        .filter(|(name, _)| *name == "evcxr_jupyter")
+        .collect();
     let fresh = !builds.is_empty();
     let mut tools = Tools(fresh.then(|| std::thread::spawn(move || build_tools(builds))));
-    libtorch_link().and_then(|()| jupyter()).and_then(|()| jupyterlab())?;
+    libtorch_link()
+        .and_then(|()| jupyter())
+        .and_then(|()| jupyterlab())?;
     kernelspec()?;
     tools.wait()?;
     if fresh {
@@ -135,11 +158,16 @@ fn python_env() -> Result<()> {
 }
 
 fn pip(args: &[&str]) -> Result<()> {
-    run(Command::new(python()).args(["-m", "pip", "install", "--disable-pip-version-check"]).args(args))
+    run(Command::new(python())
+        .args(["-m", "pip", "install", "--disable-pip-version-check"])
+        .args(args))
 }
 
 fn site_packages() -> Result<PathBuf> {
-    let out = capture(Command::new(python()).args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]))?;
+    let out = capture(Command::new(python()).args([
+        "-c",
+        "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+    ]))?;
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
@@ -151,7 +179,10 @@ fn libtorch_link() -> Result<()> {
     }
     let target = match std::env::var_os("LIBTORCH").map(PathBuf::from) {
         Some(own) if !own.starts_with(venv()) && own != link => {
-            step(&format!("using your libtorch at {} (LIBTORCH is set; skipping pip)", own.display()));
+            step(&format!(
+                "using your libtorch at {} (LIBTORCH is set; skipping pip)",
+                own.display()
+            ));
             own
         }
         _ => {
@@ -161,10 +192,14 @@ fn libtorch_link() -> Result<()> {
         }
     };
     if !target.join("lib").is_dir() {
-        return Err(format!("{} has no lib/ folder: not a libtorch", target.display()));
+        return Err(format!(
+            "{} has no lib/ folder: not a libtorch",
+            target.display()
+        ));
     }
     let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&target, &link).map_err(|err| format!("cannot link {}: {err}", link.display()))
+    std::os::unix::fs::symlink(&target, &link)
+        .map_err(|err| format!("cannot link {}: {err}", link.display()))
 }
 
 fn jupyter() -> Result<()> {
@@ -179,13 +214,22 @@ fn jupyter() -> Result<()> {
 /// command needs only nbclient).
 fn jupyterlab() -> Result<()> {
     let installed = std::fs::read_dir(venv().join("lib"))
-        .map(|entries| entries.flatten().any(|entry| entry.path().join(format!("site-packages/jupyterlab-{JUPYTERLAB}.dist-info")).is_dir()))
+        .map(|entries| {
+            entries.flatten().any(|entry| {
+                entry
+                    .path()
+                    .join(format!("site-packages/jupyterlab-{JUPYTERLAB}.dist-info"))
+                    .is_dir()
+            })
+        })
         .unwrap_or(false);
     if installed && venv().join("bin/jupyter-lab").exists() {
         return Ok(());
     }
     let t = Instant::now();
-    step(&format!("installing JupyterLab {JUPYTERLAB} into .venv with pip"));
+    step(&format!(
+        "installing JupyterLab {JUPYTERLAB} into .venv with pip"
+    ));
     pip(&[&format!("jupyterlab=={JUPYTERLAB}")])?;
     if openenv_installed() {
         eprintln!("  (pip's dependency \"ERROR\" about openenv-core is expected: setup installs its client without the server extras)");
@@ -197,11 +241,24 @@ fn jupyterlab() -> Result<()> {
 /// Is `openenv-core` at [`OPENENV`] installed with the packages its client imports?
 /// (Looks at the folders only, so the check costs no Python start.)
 fn openenv_installed() -> bool {
-    let Ok(entries) = std::fs::read_dir(venv().join("lib")) else { return false };
+    let Ok(entries) = std::fs::read_dir(venv().join("lib")) else {
+        return false;
+    };
     entries.flatten().any(|entry| {
         let site = entry.path().join("site-packages");
-        site.join(format!("openenv_core-{OPENENV}.dist-info")).is_dir()
-            && ["openenv", "fastapi", "pydantic", "fastmcp", "requests", "websockets", "mcp"].iter().all(|p| site.join(p).is_dir())
+        site.join(format!("openenv_core-{OPENENV}.dist-info"))
+            .is_dir()
+            && [
+                "openenv",
+                "fastapi",
+                "pydantic",
+                "fastmcp",
+                "requests",
+                "websockets",
+                "mcp",
+            ]
+            .iter()
+            .all(|p| site.join(p).is_dir())
     })
 }
 
@@ -227,7 +284,10 @@ fn version_of(program: &Path) -> Option<String> {
 /// link-time optimisation (mdbook-katex asks for it, and it takes minutes on
 /// one core) and parallel code generation. The tools work the same; they are
 /// built in about half the time.
-const QUICK_INSTALL: &[(&str, &str)] = &[("CARGO_PROFILE_RELEASE_LTO", "false"), ("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")];
+const QUICK_INSTALL: &[(&str, &str)] = &[
+    ("CARGO_PROFILE_RELEASE_LTO", "false"),
+    ("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16"),
+];
 
 /// The book tools that are missing or at another version, each with what
 /// `cargo install` is given for it: mdBook, mdbook-katex, and evcxr_jupyter.
@@ -237,17 +297,29 @@ const QUICK_INSTALL: &[(&str, &str)] = &[("CARGO_PROFILE_RELEASE_LTO", "false"),
 /// build side by side (see [`build_tools`]).
 fn missing_tools() -> Vec<(&'static str, Vec<String>)> {
     let bin = cargo_bin();
-    let missing = |name: &str, version: &str| !version_of(&bin.join(name)).is_some_and(|v| v.contains(version));
+    let missing = |name: &str, version: &str| {
+        !version_of(&bin.join(name)).is_some_and(|v| v.contains(version))
+    };
     let mut builds: Vec<(&str, Vec<String>)> = Vec::new();
     if missing("mdbook", MDBOOK) {
-        builds.push(("mdbook", vec![format!("mdbook@{MDBOOK}"), "--no-default-features".into(), "--features".into(), "search".into()]));
+        builds.push((
+            "mdbook",
+            vec![
+                format!("mdbook@{MDBOOK}"),
+                "--no-default-features".into(),
+                "--features".into(),
+                "search".into(),
+            ],
+        ));
     }
     if missing("mdbook-katex", MDBOOK_KATEX) {
         builds.push(("mdbook-katex", vec![format!("mdbook-katex@{MDBOOK_KATEX}")]));
     }
     // evcxr_jupyter has no --version; ask cargo which version it installed.
     let installed = capture(Command::new("cargo").args(["install", "--list"]))
-        .map(|out| String::from_utf8_lossy(&out.stdout).contains(&format!("evcxr_jupyter v{EVCXR}:")))
+        .map(|out| {
+            String::from_utf8_lossy(&out.stdout).contains(&format!("evcxr_jupyter v{EVCXR}:"))
+        })
         .unwrap_or(false);
     if !installed || !bin.join("evcxr_jupyter").exists() {
         builds.push(("evcxr_jupyter", vec![format!("evcxr_jupyter@{EVCXR}")]));
@@ -260,7 +332,8 @@ fn missing_tools() -> Vec<(&'static str, Vec<String>)> {
 /// log under `target/tool-builds/`.
 fn build_tools(builds: Vec<(&'static str, Vec<String>)>) -> Result<()> {
     let logs = root().join("target/tool-builds");
-    std::fs::create_dir_all(&logs).map_err(|err| format!("cannot create {}: {err}", logs.display()))?;
+    std::fs::create_dir_all(&logs)
+        .map_err(|err| format!("cannot create {}: {err}", logs.display()))?;
     let outcomes: Vec<Result<()>> = std::thread::scope(|scope| {
         let handles: Vec<_> = builds
             .iter()
@@ -287,7 +360,13 @@ fn build_tools(builds: Vec<(&'static str, Vec<String>)>) -> Result<()> {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a tool build panicked".into()))).collect()
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a tool build panicked".into()))
+            })
+            .collect()
     });
     outcomes.into_iter().collect()
 }
@@ -354,7 +433,10 @@ pub const SECOND_SETTING: &[(&str, &str)] = &[
 
 /// `env` with `overrides` applied: each replaces the variable of the same
 /// name, and an empty value removes it.
-pub fn with_overrides(mut env: Vec<(String, String)>, overrides: &[(&str, &str)]) -> Vec<(String, String)> {
+pub fn with_overrides(
+    mut env: Vec<(String, String)>,
+    overrides: &[(&str, &str)],
+) -> Vec<(String, String)> {
     for (key, value) in overrides {
         env.retain(|(k, _)| k != key);
         if !value.is_empty() {
@@ -374,10 +456,21 @@ pub fn second_env() -> Vec<(String, String)> {
 /// notebook may be the one that pretrains the stored models or trains Chapter 16's teachers); and the same kernel under the
 /// second setting, which the test command executes the notebooks with.
 fn kernelspec() -> Result<()> {
-    for (name, display, vars) in [(KERNEL, "Rust (agentrl)", with_overrides(book_env(), FRESH_WEIGHTS)), (CHECK_KERNEL, "Rust (agentrl, second setting)", second_env())] {
-        let mut env: serde_json::Map<String, serde_json::Value> = vars.into_iter().map(|(k, v)| (k, v.into())).collect();
+    for (name, display, vars) in [
+        (
+            KERNEL,
+            "Rust (agentrl)",
+            with_overrides(book_env(), FRESH_WEIGHTS),
+        ),
+        (CHECK_KERNEL, "Rust (agentrl, second setting)", second_env()),
+    ] {
+        let mut env: serde_json::Map<String, serde_json::Value> =
+            vars.into_iter().map(|(k, v)| (k, v.into())).collect();
         // The kernel gets libtorch alone on its library path, not this shell's.
-        env.insert("LD_LIBRARY_PATH".into(), libtorch().join("lib").display().to_string().into());
+        env.insert(
+            "LD_LIBRARY_PATH".into(),
+            libtorch().join("lib").display().to_string().into(),
+        );
         let spec = serde_json::json!({
             "argv": [cargo_bin().join("evcxr_jupyter").display().to_string(), "--control_file", "{connection_file}"],
             "display_name": display,
@@ -386,9 +479,15 @@ fn kernelspec() -> Result<()> {
             "env": env,
         });
         let text = serde_json::to_string_pretty(&spec).unwrap();
-        let path = venv().join("share/jupyter/kernels").join(name).join("kernel.json");
+        let path = venv()
+            .join("share/jupyter/kernels")
+            .join(name)
+            .join("kernel.json");
         if util::read(&path).ok().as_deref() != Some(text.as_str()) {
-            step(&format!("writing the Jupyter kernelspec {}", path.display()));
+            step(&format!(
+                "writing the Jupyter kernelspec {}",
+                path.display()
+            ));
             util::write(&path, &text)?;
         }
     }
@@ -401,29 +500,39 @@ fn katex_assets() -> Result<()> {
     if dest.join("katex.min.css").exists() && dest.join("fonts").is_dir() {
         return Ok(());
     }
-    step(&format!("fetching KaTeX {KATEX_CSS}'s CSS and fonts from the npm registry (npm pack)"));
+    step(&format!(
+        "fetching KaTeX {KATEX_CSS}'s CSS and fonts from the npm registry (npm pack)"
+    ));
     if util::which("npm").is_none() {
         apt(&["nodejs", "npm"])?;
     }
     let tmp = root().join("target/katex-pack");
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
-    run(Command::new("npm").args(["pack", "--silent", &format!("katex@{KATEX_CSS}")]).current_dir(&tmp))?;
-    run(Command::new("tar").args(["xzf", &format!("katex-{KATEX_CSS}.tgz")]).current_dir(&tmp))?;
+    run(Command::new("npm")
+        .args(["pack", "--silent", &format!("katex@{KATEX_CSS}")])
+        .current_dir(&tmp))?;
+    run(Command::new("tar")
+        .args(["xzf", &format!("katex-{KATEX_CSS}.tgz")])
+        .current_dir(&tmp))?;
     std::fs::create_dir_all(dest.join("fonts")).map_err(|e| e.to_string())?;
     let dist = tmp.join("package/dist");
-    std::fs::copy(dist.join("katex.min.css"), dest.join("katex.min.css")).map_err(|e| e.to_string())?;
+    std::fs::copy(dist.join("katex.min.css"), dest.join("katex.min.css"))
+        .map_err(|e| e.to_string())?;
     for entry in std::fs::read_dir(dist.join("fonts")).map_err(|e| e.to_string())? {
         let path = entry.map_err(|e| e.to_string())?.path();
         if path.extension().is_some_and(|ext| ext == "woff2") {
-            std::fs::copy(&path, dest.join("fonts").join(path.file_name().unwrap())).map_err(|e| e.to_string())?;
+            std::fs::copy(&path, dest.join("fonts").join(path.file_name().unwrap()))
+                .map_err(|e| e.to_string())?;
         }
     }
     Ok(())
 }
 
 pub fn chromium_path() -> Option<PathBuf> {
-    ["chromium", "chromium-browser"].iter().find_map(|name| util::which(name))
+    ["chromium", "chromium-browser"]
+        .iter()
+        .find_map(|name| util::which(name))
 }
 
 fn chromium() -> Result<()> {
@@ -436,22 +545,38 @@ fn chromium() -> Result<()> {
 
 fn apt(packages: &[&str]) -> Result<()> {
     run(Command::new("apt-get").arg("update").arg("-qq"))?;
-    run(Command::new("apt-get").args(["install", "-y", "-qq", "--no-install-recommends"]).args(packages).env("DEBIAN_FRONTEND", "noninteractive"))
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(packages)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn overrides_replace_add_and_remove_variables() {
-        let env = vec![("A".to_string(), "1".to_string()), ("B".to_string(), "2".to_string())];
+        let env = vec![
+            ("A".to_string(), "1".to_string()),
+            ("B".to_string(), "2".to_string()),
+        ];
         let got = super::with_overrides(env, &[("A", ""), ("B", "3"), ("C", "4")]);
-        assert_eq!(got, vec![("B".to_string(), "3".to_string()), ("C".to_string(), "4".to_string())]);
+        assert_eq!(
+            got,
+            vec![
+                ("B".to_string(), "3".to_string()),
+                ("C".to_string(), "4".to_string())
+            ]
+        );
     }
 
     #[test]
     fn the_chapters_that_train_fresh_weights_are_the_first_five_and_chapter_16() {
         let chapters = crate::chapter::all().unwrap();
-        let fresh: Vec<&str> = chapters.iter().filter(|c| super::trains_fresh_weights(&c.name)).map(|c| &c.name[..2]).collect();
+        let fresh: Vec<&str> = chapters
+            .iter()
+            .filter(|c| super::trains_fresh_weights(&c.name))
+            .map(|c| &c.name[..2])
+            .collect();
         assert_eq!(fresh, ["00", "01", "02", "03", "04", "16"]);
     }
 }

@@ -10,16 +10,29 @@ use std::process::Command;
 /// mdbook-katex) from the chapters as they are, and copy the figures in.
 pub fn build() -> Result<()> {
     let bin = util::cargo_bin();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let out = root().join("book");
-    run(Command::new(bin.join("mdbook")).arg("build").arg("--dest-dir").arg(&out).env("PATH", path).current_dir(root()))?;
+    run(Command::new(bin.join("mdbook"))
+        .arg("build")
+        .arg("--dest-dir")
+        .arg(&out)
+        .env("PATH", path)
+        .current_dir(root()))?;
     // Figures live at the top level of the repository; the pages link to figures/NAME.
     let figures = out.join("figures");
     std::fs::create_dir_all(&figures).map_err(|e| e.to_string())?;
     for entry in std::fs::read_dir(root().join("figures")).map_err(|e| e.to_string())? {
         let path = entry.map_err(|e| e.to_string())?.path();
-        if path.extension().is_some_and(|ext| ext == "svg" || ext == "png" || ext == "html") {
-            std::fs::copy(&path, figures.join(path.file_name().unwrap())).map_err(|e| e.to_string())?;
+        if path
+            .extension()
+            .is_some_and(|ext| ext == "svg" || ext == "png" || ext == "html")
+        {
+            std::fs::copy(&path, figures.join(path.file_name().unwrap()))
+                .map_err(|e| e.to_string())?;
         }
     }
     Ok(())
@@ -27,7 +40,8 @@ pub fn build() -> Result<()> {
 
 /// Serve `book/` on 127.0.0.1:`port` until interrupted.
 pub fn serve(port: u16) -> Result<()> {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| format!("cannot listen on port {port}: {e}"))?;
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port))
+        .map_err(|e| format!("cannot listen on port {port}: {e}"))?;
     eprintln!("serving the book on http://127.0.0.1:{port}/ (Ctrl-C to stop)");
     serve_on(listener);
     Ok(())
@@ -71,7 +85,10 @@ fn serve_on(listener: std::net::TcpListener) {
                     let _ = stream.write_all(&body);
                 }
                 _ => {
-                    let _ = write!(stream, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    );
                 }
             }
         });
@@ -85,17 +102,28 @@ fn serve_on(listener: std::net::TcpListener) {
 pub fn static_problems() -> Result<Vec<String>> {
     let book = root().join("book");
     let mut problems = Vec::new();
-    for entry in std::fs::read_dir(&book).map_err(|e| format!("cannot list {}: {e}", book.display()))? {
+    for entry in
+        std::fs::read_dir(&book).map_err(|e| format!("cannot list {}: {e}", book.display()))?
+    {
         let path = entry.map_err(|e| e.to_string())?.path();
         if path.extension().is_some_and(|e| e == "html") {
             let html = util::read(&path)?;
-            for needle in ["cdn.jsdelivr", "cdnjs", "unpkg.com", "katex-error", "{{#include"] {
+            for needle in [
+                "cdn.jsdelivr",
+                "cdnjs",
+                "unpkg.com",
+                "katex-error",
+                "{{#include",
+            ] {
                 if html.contains(needle) {
                     problems.push(format!("{} contains {needle:?}", path.display()));
                 }
             }
             for target in dead_links(&book, &html) {
-                problems.push(format!("{} links to {target}, which is not in the built book", path.display()));
+                problems.push(format!(
+                    "{} links to {target}, which is not in the built book",
+                    path.display()
+                ));
             }
         }
     }
@@ -112,20 +140,42 @@ pub fn check_html() -> Result<()> {
     for chapter in crate::chapter::all()? {
         let page = format!("{}.html", chapter.name);
         if !book.join(&page).exists() {
-            problems.push(format!("chapter {} has no page in the built book", chapter.name));
+            problems.push(format!(
+                "chapter {} has no page in the built book",
+                chapter.name
+            ));
             continue;
         }
         // Images only: a chapter may also link to a page it generates (Chapter 18's viewer).
-        let figures = chapter.figures().iter().filter(|f| f.ends_with(".svg") || f.ends_with(".png")).count() as u64;
+        let figures = chapter
+            .figures()
+            .iter()
+            .filter(|f| f.ends_with(".svg") || f.ends_with(".png"))
+            .count() as u64;
         let math = chapter.lines.iter().any(|line| line.contains('$'));
-        problems.extend(check_page(&format!("http://127.0.0.1:{port}/{page}"), &page, figures, math).unwrap_or_else(|e| vec![e]));
+        problems.extend(
+            check_page(
+                &format!("http://127.0.0.1:{port}/{page}"),
+                &page,
+                figures,
+                math,
+            )
+            .unwrap_or_else(|e| vec![e]),
+        );
     }
     // Pages a chapter generates (Chapter 18's trajectory viewer): they load, navigate and count right.
     for entry in std::fs::read_dir(book.join("figures")).map_err(|e| e.to_string())? {
         let path = entry.map_err(|e| e.to_string())?.path();
         if path.extension().is_some_and(|e| e == "html") {
             let name = path.file_name().unwrap().to_string_lossy().to_string();
-            problems.extend(check_viewer(&format!("http://127.0.0.1:{port}/figures/{name}"), &name, &util::read(&path)?).unwrap_or_else(|e| vec![e]));
+            problems.extend(
+                check_viewer(
+                    &format!("http://127.0.0.1:{port}/figures/{name}"),
+                    &name,
+                    &util::read(&path)?,
+                )
+                .unwrap_or_else(|e| vec![e]),
+            );
         }
     }
     if problems.is_empty() {
@@ -138,9 +188,16 @@ pub fn check_html() -> Result<()> {
 /// What a trajectory viewer's `#counts` line must read for each of its
 /// episodes, computed here from the data the page embeds (not by its script).
 fn expected_counts(html: &str) -> Result<Vec<String>> {
-    let start = html.find("id=\"episodes\">").ok_or("the viewer holds no episode data")? + "id=\"episodes\">".len();
-    let end = start + html[start..].find("</script>").ok_or("the episode data is not closed")?;
-    let episodes: Vec<serde_json::Value> = serde_json::from_str(&html[start..end]).map_err(|e| format!("the episode data is not JSON: {e}"))?;
+    let start = html
+        .find("id=\"episodes\">")
+        .ok_or("the viewer holds no episode data")?
+        + "id=\"episodes\">".len();
+    let end = start
+        + html[start..]
+            .find("</script>")
+            .ok_or("the episode data is not closed")?;
+    let episodes: Vec<serde_json::Value> = serde_json::from_str(&html[start..end])
+        .map_err(|e| format!("the episode data is not JSON: {e}"))?;
     let n = episodes.len();
     episodes
         .iter()
@@ -159,7 +216,8 @@ fn expected_counts(html: &str) -> Result<Vec<String>> {
 /// check what it shows against the data it embeds.
 fn check_viewer(url: &str, page: &str, html: &str) -> Result<Vec<String>> {
     let expected = expected_counts(html)?;
-    let chromium = setup::chromium_path().ok_or("chromium is not installed (cargo xtask setup --browser)")?;
+    let chromium =
+        setup::chromium_path().ok_or("chromium is not installed (cargo xtask setup --browser)")?;
     let mut tab = crate::cdp::Page::open(&chromium, (1200, 900))?;
     tab.navigate(url)?;
     let probe = r#"(() => {
@@ -177,30 +235,58 @@ fn check_viewer(url: &str, page: &str, html: &str) -> Result<Vec<String>> {
         return JSON.stringify({ shown, prevDisabledAtStart, afterPrev, spans, masked, afterKey: read() });
     })()"#;
     let value = tab.evaluate(probe)?;
-    let facts: serde_json::Value = serde_json::from_str(value.as_str().ok_or("the viewer probe returned nothing")?).map_err(|e| e.to_string())?;
-    let shown: Vec<String> = facts["shown"].as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect()).unwrap_or_default();
+    let facts: serde_json::Value =
+        serde_json::from_str(value.as_str().ok_or("the viewer probe returned nothing")?)
+            .map_err(|e| e.to_string())?;
+    let shown: Vec<String> = facts["shown"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
     eprintln!("  figures/{page}: {} episodes stepped through", shown.len());
     let mut problems = Vec::new();
     if shown != expected {
-        let first = shown.iter().zip(&expected).position(|(a, b)| a != b).unwrap_or(shown.len().min(expected.len()));
+        let first = shown
+            .iter()
+            .zip(&expected)
+            .position(|(a, b)| a != b)
+            .unwrap_or(shown.len().min(expected.len()));
         problems.push(format!("figures/{page}: the viewer showed {} episodes, the data holds {}; first difference at episode {}: {:?} vs {:?}", shown.len(), expected.len(), first + 1, shown.get(first), expected.get(first)));
     }
     if facts["prevDisabledAtStart"] != true {
-        problems.push(format!("figures/{page}: 'previous' is enabled on the first episode"));
+        problems.push(format!(
+            "figures/{page}: 'previous' is enabled on the first episode"
+        ));
     }
     let n = expected.len();
     if n >= 2 && facts["afterPrev"].as_str() != expected.get(n - 2).map(|s| s.as_str()) {
-        problems.push(format!("figures/{page}: 'previous' from the last episode did not show episode {}", n - 1));
+        problems.push(format!(
+            "figures/{page}: 'previous' from the last episode did not show episode {}",
+            n - 1
+        ));
     }
     // The page's spans on episode n − 1 (after 'previous'), against the data.
     if n >= 2 && !expected[n - 2].contains(&format!("· {} tokens ·", facts["spans"])) {
-        problems.push(format!("figures/{page}: {} token spans shown for: {}", facts["spans"], expected[n - 2]));
+        problems.push(format!(
+            "figures/{page}: {} token spans shown for: {}",
+            facts["spans"],
+            expected[n - 2]
+        ));
     }
     if n >= 2 && !expected[n - 2].ends_with(&format!("· {} in the loss", facts["masked"])) {
-        problems.push(format!("figures/{page}: {} spans marked as in the loss for: {}", facts["masked"], expected[n - 2]));
+        problems.push(format!(
+            "figures/{page}: {} spans marked as in the loss for: {}",
+            facts["masked"],
+            expected[n - 2]
+        ));
     }
     if n >= 3 && facts["afterKey"].as_str() != expected.get(n - 3).map(|s| s.as_str()) {
-        problems.push(format!("figures/{page}: the left arrow key did not step back"));
+        problems.push(format!(
+            "figures/{page}: the left arrow key did not step back"
+        ));
     }
     std::thread::sleep(std::time::Duration::from_millis(300));
     problems.extend(tab.errors().iter().map(|e| format!("figures/{page}: {e}")));
@@ -216,7 +302,9 @@ fn dead_links(book: &std::path::Path, html: &str) -> Vec<String> {
         for piece in html.split(attribute).skip(1) {
             let target = piece.split('"').next().unwrap_or_default();
             let file = target.split(['#', '?']).next().unwrap_or_default();
-            let external = target.contains("://") || target.starts_with("mailto:") || target.starts_with("data:");
+            let external = target.contains("://")
+                || target.starts_with("mailto:")
+                || target.starts_with("data:");
             if external || file.is_empty() || dead.iter().any(|d| d == target) {
                 continue;
             }
@@ -231,7 +319,8 @@ fn dead_links(book: &std::path::Path, html: &str) -> Vec<String> {
 /// Load one chapter page and check that its math rendered (if it has any), its
 /// `figures` figures loaded, its code is highlighted and the console stayed clean.
 fn check_page(url: &str, page: &str, figures: u64, math: bool) -> Result<Vec<String>> {
-    let chromium = setup::chromium_path().ok_or("chromium is not installed (cargo xtask setup --browser)")?;
+    let chromium =
+        setup::chromium_path().ok_or("chromium is not installed (cargo xtask setup --browser)")?;
     let mut tab = crate::cdp::Page::open(&chromium, (1200, 900))?;
     tab.navigate(url)?;
     let probe = r#"(async () => {
@@ -252,9 +341,12 @@ fn check_page(url: &str, page: &str, figures: u64, math: bool) -> Result<Vec<Str
     })()"#;
     let value = tab.evaluate(probe)?;
     let facts: BTreeMap<String, serde_json::Value> =
-        serde_json::from_str(value.as_str().ok_or("the page probe returned nothing")?).map_err(|e| e.to_string())?;
+        serde_json::from_str(value.as_str().ok_or("the page probe returned nothing")?)
+            .map_err(|e| e.to_string())?;
     let screenshot = tab.screenshot()?;
-    let shot = root().join("target/book-check").join(page.replace(".html", ".png"));
+    let shot = root()
+        .join("target/book-check")
+        .join(page.replace(".html", ".png"));
     std::fs::create_dir_all(shot.parent().unwrap()).map_err(|e| e.to_string())?;
     std::fs::write(&shot, screenshot).map_err(|e| e.to_string())?;
     eprintln!("  {page}: {}", serde_json::to_string(&facts).unwrap());
@@ -264,7 +356,10 @@ fn check_page(url: &str, page: &str, figures: u64, math: bool) -> Result<Vec<Str
         problems.push(format!("{page}: no rendered math"));
     }
     if num("images") < figures {
-        problems.push(format!("{page}: {} figures shown, the chapter has {figures}", num("images")));
+        problems.push(format!(
+            "{page}: {} figures shown, the chapter has {figures}",
+            num("images")
+        ));
     }
     if num("katex") > 0 && facts.get("katexFontLoaded") != Some(&serde_json::Value::Bool(true)) {
         problems.push(format!("{page}: KaTeX fonts did not load"));
@@ -272,7 +367,11 @@ fn check_page(url: &str, page: &str, figures: u64, math: bool) -> Result<Vec<Str
     if num("katexErrors") > 0 {
         problems.push(format!("{page}: {} KaTeX errors", num("katexErrors")));
     }
-    if let Some(broken) = facts.get("brokenImages").and_then(|v| v.as_array()).filter(|b| !b.is_empty()) {
+    if let Some(broken) = facts
+        .get("brokenImages")
+        .and_then(|v| v.as_array())
+        .filter(|b| !b.is_empty())
+    {
         problems.push(format!("{page}: figures that did not load: {broken:?}"));
     }
     if num("codeBlocks") == 0 || num("highlighted") == 0 {
@@ -287,14 +386,19 @@ fn check_page(url: &str, page: &str, figures: u64, math: bool) -> Result<Vec<Str
 pub fn grade_exercises() -> Result<()> {
     let outcome = |solutions: bool| -> Result<BTreeMap<String, bool>> {
         let mut cmd = Command::new("cargo");
-        cmd.args(["test", "-p", "exercises", "--lib"]).env("OMP_WAIT_POLICY", "PASSIVE").current_dir(root());
+        cmd.args(["test", "-p", "exercises", "--lib"])
+            .env("OMP_WAIT_POLICY", "PASSIVE")
+            .current_dir(root());
         if solutions {
             cmd.args(["--features", "solutions"]);
         }
         let out = capture(&mut cmd)?;
         let text = String::from_utf8_lossy(&out.stdout);
         if !text.contains("test result:") {
-            return Err(format!("the exercises did not build:\n{}", String::from_utf8_lossy(&out.stderr)));
+            return Err(format!(
+                "the exercises did not build:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
         }
         Ok(text
             .lines()
@@ -317,7 +421,9 @@ pub fn grade_exercises() -> Result<()> {
         }
         match with_stubs.get(name) {
             Some(false) => {}
-            Some(true) => problems.push(format!("{name} passes with the stubs: it does not grade anything")),
+            Some(true) => problems.push(format!(
+                "{name} passes with the stubs: it does not grade anything"
+            )),
             None => problems.push(format!("{name} does not run with the stubs")),
         }
     }

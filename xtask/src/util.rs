@@ -8,7 +8,10 @@ pub type Result<T> = std::result::Result<T, String>;
 
 /// The workspace root (the folder holding `book.toml`).
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Print a step header; every long step says what it is doing first.
@@ -19,7 +22,9 @@ pub fn step(what: &str) {
 /// Run a command with inherited output; fail with the command line on error.
 pub fn run(cmd: &mut Command) -> Result<()> {
     let shown = format!("{cmd:?}");
-    let status = cmd.status().map_err(|err| format!("could not start {shown}: {err}"))?;
+    let status = cmd
+        .status()
+        .map_err(|err| format!("could not start {shown}: {err}"))?;
     if status.success() {
         Ok(())
     } else {
@@ -30,7 +35,8 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 /// Run a command and capture its output (status is not checked).
 pub fn capture(cmd: &mut Command) -> Result<Output> {
     let shown = format!("{cmd:?}");
-    cmd.output().map_err(|err| format!("could not start {shown}: {err}"))
+    cmd.output()
+        .map_err(|err| format!("could not start {shown}: {err}"))
 }
 
 /// Seconds since `start`, for the step summaries.
@@ -44,14 +50,18 @@ pub fn which(program: &str) -> Option<PathBuf> {
         return Path::new(program).exists().then(|| PathBuf::from(program));
     }
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|candidate| candidate.is_file())
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
 }
 
 /// `~/.cargo/bin`, where `cargo install` puts the book tools.
 pub fn cargo_bin() -> PathBuf {
     let home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo"));
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo")
+        });
     home.join("bin")
 }
 
@@ -63,7 +73,8 @@ pub fn read(path: &Path) -> Result<String> {
 /// Write a file (creating its folder), with the path in the error.
 pub fn write(path: &Path, text: &str) -> Result<()> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
     }
     std::fs::write(path, text).map_err(|err| format!("cannot write {}: {err}", path.display()))
 }
@@ -92,7 +103,11 @@ pub fn diff(expected: &str, actual: &str) -> String {
 /// Apply `f` to every item on `workers` threads (items are taken in order);
 /// `f` also gets the number of the worker that runs it. Results come back in
 /// the items' order.
-pub fn parallel<T: Sync, R: Send>(items: &[T], workers: usize, f: impl Fn(usize, &T) -> R + Sync) -> Vec<R> {
+pub fn parallel<T: Sync, R: Send>(
+    items: &[T],
+    workers: usize,
+    f: impl Fn(usize, &T) -> R + Sync,
+) -> Vec<R> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
     let next = AtomicUsize::new(0);
@@ -110,7 +125,10 @@ pub fn parallel<T: Sync, R: Send>(items: &[T], workers: usize, f: impl Fn(usize,
             });
         }
     });
-    results.into_iter().map(|slot| slot.into_inner().unwrap().expect("every item ran")).collect()
+    results
+        .into_iter()
+        .map(|slot| slot.into_inner().unwrap().expect("every item ran"))
+        .collect()
 }
 
 #[cfg(test)]

@@ -13,17 +13,34 @@ use agentrl::rollout::progress;
 fn main() {
     agentrl::book::setup();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let (report, timed) = match value("--report") {
         Some(path) => {
-            let report = CapstoneReport::read(std::path::Path::new(&path)).unwrap_or_else(|e| fail(&e));
+            let report =
+                CapstoneReport::read(std::path::Path::new(&path)).unwrap_or_else(|e| fail(&e));
             let timed = report.config == CapstoneConfig::full();
             (report, timed)
         }
         None => {
-            let config = if args.iter().any(|a| a == "--short") { CapstoneConfig::short() } else { CapstoneConfig::full() };
-            let root = value("--root").map(std::path::PathBuf::from).unwrap_or_else(|| default_root(&config));
-            eprintln!("capstone: {} seeds, {} RL iterations each, in {}", config.seeds.len(), config.rl.iterations, root.display());
+            let config = if args.iter().any(|a| a == "--short") {
+                CapstoneConfig::short()
+            } else {
+                CapstoneConfig::full()
+            };
+            let root = value("--root")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| default_root(&config));
+            eprintln!(
+                "capstone: {} seeds, {} RL iterations each, in {}",
+                config.seeds.len(),
+                config.rl.iterations,
+                root.display()
+            );
             if root.join("report.json").exists() {
                 eprintln!("capstone: a finished run is read back from {} (delete the folder to run again)", root.display());
             }
@@ -35,7 +52,11 @@ fn main() {
             .unwrap_or_else(|e| fail(&e));
             bar.finish_and_clear();
             if let Some(path) = value("--record") {
-                std::fs::write(&path, serde_json::to_string_pretty(&report).expect("a report serialises")).unwrap_or_else(|e| fail(&format!("cannot write {path}: {e}")));
+                std::fs::write(
+                    &path,
+                    serde_json::to_string_pretty(&report).expect("a report serialises"),
+                )
+                .unwrap_or_else(|e| fail(&format!("cannot write {path}: {e}")));
             }
             let timed = config == CapstoneConfig::full();
             (report, timed)

@@ -18,10 +18,17 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.is_empty() || args.iter().any(|a| a == "-h" || a == "--help") || args.len() > 2 {
         println!("{HELP}");
-        std::process::exit(if args.is_empty() || args.len() > 2 { 2 } else { 0 });
+        std::process::exit(if args.is_empty() || args.len() > 2 {
+            2
+        } else {
+            0
+        });
     }
     let run_dir = std::path::PathBuf::from(&args[0]);
-    let out = args.get(1).map(std::path::PathBuf::from).unwrap_or_else(|| run_dir.join("dashboard.svg"));
+    let out = args
+        .get(1)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| run_dir.join("dashboard.svg"));
     match agentrl::debugging::render_run(&run_dir, &out) {
         Ok(()) => println!("wrote {}", out.display()),
         Err(err) => {

@@ -4,7 +4,9 @@
 //! `--inputs` is the total over the targets, shared out in fixed proportions;
 //! `--examples K` prints K inputs of each target with their outcomes instead of fuzzing.
 
-use agentrl::fuzzing::{child_exe, examples, fuzz, panic_messages, FuzzConfig, Pools, Target, TargetReport};
+use agentrl::fuzzing::{
+    child_exe, examples, fuzz, panic_messages, FuzzConfig, Pools, Target, TargetReport,
+};
 use agentrl::rollout::progress;
 use agentrl::runner::ProcessRunner;
 
@@ -20,16 +22,52 @@ fn share(target: Target) -> f64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-    let number = |name: &str, default: u64| value(name).map_or(default, |v| v.replace('_', "").parse().unwrap_or_else(|_| panic!("{name} takes a number, not {v}")));
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let number = |name: &str, default: u64| {
+        value(name).map_or(default, |v| {
+            v.replace('_', "")
+                .parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number, not {v}"))
+        })
+    };
     let inputs = number("--inputs", 10_000_000);
-    let config = FuzzConfig { seed: number("--seed", 19), threads: number("--threads", 2) as usize, child: child_exe() };
-    let chosen: Vec<Target> = args.iter().enumerate().filter(|(_, a)| *a == "--target").filter_map(|(i, _)| args.get(i + 1)).map(|name| {
-        *Target::ALL.iter().find(|t| t.name() == name.as_str() || format!("{t:?}").eq_ignore_ascii_case(name)).unwrap_or_else(|| panic!("unknown target {name}; one of {:?}", Target::ALL.map(|t| t.name())))
-    }).collect();
-    let targets = if chosen.is_empty() { Target::ALL.to_vec() } else { chosen };
+    let config = FuzzConfig {
+        seed: number("--seed", 19),
+        threads: number("--threads", 2) as usize,
+        child: child_exe(),
+    };
+    let chosen: Vec<Target> = args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| *a == "--target")
+        .filter_map(|(i, _)| args.get(i + 1))
+        .map(|name| {
+            *Target::ALL
+                .iter()
+                .find(|t| t.name() == name.as_str() || format!("{t:?}").eq_ignore_ascii_case(name))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "unknown target {name}; one of {:?}",
+                        Target::ALL.map(|t| t.name())
+                    )
+                })
+        })
+        .collect();
+    let targets = if chosen.is_empty() {
+        Target::ALL.to_vec()
+    } else {
+        chosen
+    };
     if !config.child.exists() {
-        eprintln!("error: {} is missing; build it with `cargo build --release -p agentrl --bins`", config.child.display());
+        eprintln!(
+            "error: {} is missing; build it with `cargo build --release -p agentrl --bins`",
+            config.child.display()
+        );
         std::process::exit(2);
     }
     let pools = Pools::standard();
@@ -37,14 +75,23 @@ fn main() {
         let k: usize = k.parse().expect("--examples takes a number");
         for &target in &targets {
             println!("== {}", target.name());
-            for (input, outcome) in examples(target, k, config.seed, &pools, &ProcessRunner::new(&config.child)) {
+            for (input, outcome) in examples(
+                target,
+                k,
+                config.seed,
+                &pools,
+                &ProcessRunner::new(&config.child),
+            ) {
                 println!("{outcome:?}\n{input}\n--");
             }
         }
         return;
     }
     let total: f64 = targets.iter().map(|&t| share(t)).sum();
-    let counts: Vec<u64> = targets.iter().map(|&t| ((inputs as f64 * share(t) / total).round() as u64).max(1)).collect();
+    let counts: Vec<u64> = targets
+        .iter()
+        .map(|&t| ((inputs as f64 * share(t) / total).round() as u64).max(1))
+        .collect();
     let bar = progress(counts.iter().sum(), "fuzzing");
     let mut reports: Vec<TargetReport> = Vec::new();
     for (&target, &n) in targets.iter().zip(&counts) {
@@ -52,9 +99,30 @@ fn main() {
         reports.push(fuzz(target, n, &config, &pools, &|k| bar.inc(k)));
     }
     bar.finish_and_clear();
-    println!("{:<22} {:>10} {:>7} {:>10} {:>12} {:>12} {:>14} {:>9}", "target", "inputs", "panics", "over limit", "slowest ms", "limit ms", "memory MB", "seconds");
+    println!(
+        "{:<22} {:>10} {:>7} {:>10} {:>12} {:>12} {:>14} {:>9}",
+        "target",
+        "inputs",
+        "panics",
+        "over limit",
+        "slowest ms",
+        "limit ms",
+        "memory MB",
+        "seconds"
+    );
     for r in &reports {
-        println!("{:<22} {:>10} {:>7} {:>10} {:>12.1} {:>12.0} {:>6.0} -> {:<5.0} {:>9.1}", r.target.name(), r.inputs, r.panics, r.over_limit, r.slowest_ms, r.limit_ms, r.rss_warm_mb, r.rss_end_mb, r.seconds);
+        println!(
+            "{:<22} {:>10} {:>7} {:>10} {:>12.1} {:>12.0} {:>6.0} -> {:<5.0} {:>9.1}",
+            r.target.name(),
+            r.inputs,
+            r.panics,
+            r.over_limit,
+            r.slowest_ms,
+            r.limit_ms,
+            r.rss_warm_mb,
+            r.rss_end_mb,
+            r.seconds
+        );
     }
     for r in &reports {
         let outcomes: Vec<String> = r.outcomes.iter().map(|(k, n)| format!("{k} {n}")).collect();
@@ -70,7 +138,11 @@ fn main() {
     let clean = reports.iter().all(|r| r.clean(growth_limit));
     let total_inputs: u64 = reports.iter().map(|r| r.inputs).sum();
     if let Some(path) = value("--report") {
-        std::fs::write(&path, serde_json::to_string_pretty(&reports).expect("a report serialises")).unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
+        std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&reports).expect("a report serialises"),
+        )
+        .unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
     }
     if clean {
         println!("{total_inputs} inputs: no panic, no input over its wall-clock bound, no property broken, memory growth under {growth_limit} MB per target");

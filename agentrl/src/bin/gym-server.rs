@@ -25,7 +25,10 @@ The first line on stdout is the address the server listens on.";
 fn parse() -> Result<(String, u16, Config), String> {
     let mut host = "127.0.0.1".to_string();
     let mut port = 8000u16;
-    let mut config = Config { log: true, ..Config::default() };
+    let mut config = Config {
+        log: true,
+        ..Config::default()
+    };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -35,16 +38,24 @@ fn parse() -> Result<(String, u16, Config), String> {
                 std::process::exit(0);
             }
             "--host" => host = value("--host")?,
-            "--port" => port = value("--port")?.parse().map_err(|e| format!("--port: {e}"))?,
+            "--port" => {
+                port = value("--port")?
+                    .parse()
+                    .map_err(|e| format!("--port: {e}"))?
+            }
             "--max-sessions" => {
-                config.max_sessions = value("--max-sessions")?.parse().map_err(|e| format!("--max-sessions: {e}"))?;
+                config.max_sessions = value("--max-sessions")?
+                    .parse()
+                    .map_err(|e| format!("--max-sessions: {e}"))?;
                 if config.max_sessions == 0 {
                     return Err("--max-sessions must be at least 1".into());
                 }
                 config.max_connections = config.max_connections.max(config.max_sessions + 16);
             }
             "--idle-timeout" => {
-                let secs: f64 = value("--idle-timeout")?.parse().map_err(|e| format!("--idle-timeout: {e}"))?;
+                let secs: f64 = value("--idle-timeout")?
+                    .parse()
+                    .map_err(|e| format!("--idle-timeout: {e}"))?;
                 if !(secs > 0.0 && secs.is_finite()) {
                     return Err("--idle-timeout must be a positive number of seconds".into());
                 }
@@ -72,6 +83,10 @@ fn main() {
             std::process::exit(1);
         }
     };
-    println!("gym-server listening on {} (WebSocket ws://{}/ws; OpenEnv {OPENENV_VERSION} protocol)", server.url(), server.addr());
+    println!(
+        "gym-server listening on {} (WebSocket ws://{}/ws; OpenEnv {OPENENV_VERSION} protocol)",
+        server.url(),
+        server.addr()
+    );
     server.wait();
 }

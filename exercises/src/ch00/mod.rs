@@ -37,11 +37,18 @@ pub fn example() -> Example {
     .reshape([2, 3, 3]); // [G, T, V]
     let tokens = Tensor::from_slice2(&[[0i64, 1, 2], [2, 2, 0]]); // [G, T]
     let mask = Tensor::from_slice2(&[[1.0f32, 1.0, 0.0], [1.0, 1.0, 1.0]]); // [G, T]
-    Example { logits, tokens, mask }
+    Example {
+        logits,
+        tokens,
+        mask,
+    }
 }
 
 /// `log pi(y_i | c_i)` of the chosen tokens, `[G, T]`: `log_softmax` over the
 /// vocabulary, then `gather` at `tokens`, as in Section 0.6.
 pub fn chosen_log_probs(logits: &Tensor, tokens: &Tensor) -> Tensor {
-    logits.log_softmax(-1, Kind::Float).gather(2, &tokens.unsqueeze(-1), false).squeeze_dim(-1) // [G, T]
+    logits
+        .log_softmax(-1, Kind::Float)
+        .gather(2, &tokens.unsqueeze(-1), false)
+        .squeeze_dim(-1) // [G, T]
 }
