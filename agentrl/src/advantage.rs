@@ -294,7 +294,7 @@ pub fn critic_advantages(
         let mut state_values: Vec<f64> = states.iter().map(|&s| v[base + s]).collect();
         let mut rewards = vec![0.0; states.len()];
         if let Some(last) = rewards.last_mut() {
-            *last = trajectory.reward as f64;
+            *last = trajectory.reward;
         }
         state_values.push(0.0); // after the episode
         let step_advantages = gae(&rewards, &state_values, 1.0, lambda);

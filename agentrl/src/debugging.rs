@@ -1148,7 +1148,7 @@ mod tests {
             episodes: i * 8,
             tasks: Some(vec![0, 1]),
             train_success: Some(success),
-            held_out_success: (i % 2 == 0).then_some(0.5),
+            held_out_success: i.is_multiple_of(2).then_some(0.5),
             entropy: Some(1.0 - 0.1 * i as f64),
             generated_tokens: Some(80),
             trained_tokens: Some(40),

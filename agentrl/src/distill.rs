@@ -191,7 +191,7 @@ mod tests {
                         .view(w.size().as_slice())
                         .sin()
                         * 0.05;
-                    let _ = w.copy_(&wave);
+                    w.copy_(&wave);
                 }
             }
         });

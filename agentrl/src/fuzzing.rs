@@ -101,7 +101,7 @@ fn word(rng: &mut StdRng, real: &[&str]) -> String {
 }
 
 fn space(rng: &mut StdRng) -> &'static str {
-    *[
+    [
         " ", " ", " ", "", "  ", "\t", "\n", "\u{a0}", "\u{3000}", " \r\n ",
     ]
     .choose(rng)

@@ -433,11 +433,11 @@ mod tests {
     #[test]
     fn clip_higher_lets_good_tokens_rise_further_than_bad_ones_fall() {
         let slope = |ratio: f64, advantage: f64| -> f64 {
-            let logp = Tensor::from_slice(&[ratio.ln() as f64]).set_requires_grad(true);
+            let logp = Tensor::from_slice(&[ratio.ln()]).set_requires_grad(true);
             clipped_surrogate(
                 &logp,
                 &Tensor::from_slice(&[0f64]),
-                &Tensor::from_slice(&[advantage as f64]),
+                &Tensor::from_slice(&[advantage]),
                 (0.2, 0.28),
             )
             .sum(REAL)

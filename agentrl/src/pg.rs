@@ -1287,7 +1287,7 @@ pub fn train_resumable(
                      opt: &AdamW,
                      algorithm: &dyn Algorithm|
      -> Result<bool, String> {
-        if resumable.every == 0 || iterations % resumable.every != 0 {
+        if resumable.every == 0 || !iterations.is_multiple_of(resumable.every) {
             return Ok(false);
         }
         let (threads, cpu_capability) = libtorch_setting();

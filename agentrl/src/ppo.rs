@@ -140,16 +140,11 @@ mod tests {
 
     /// d(surrogate)/d(log π) at one token with the given ratio and advantage.
     fn slope(ratio: f64, advantage: f64, eps: f64) -> f64 {
-        let logp = Tensor::from_slice(&[ratio.ln() as f64]).set_requires_grad(true);
+        let logp = Tensor::from_slice(&[ratio.ln()]).set_requires_grad(true);
         let old = Tensor::from_slice(&[0.0f64]);
-        clipped_surrogate(
-            &logp,
-            &old,
-            &Tensor::from_slice(&[advantage as f64]),
-            (eps, eps),
-        )
-        .sum(REAL)
-        .backward();
+        clipped_surrogate(&logp, &old, &Tensor::from_slice(&[advantage]), (eps, eps))
+            .sum(REAL)
+            .backward();
         logp.grad().double_value(&[0])
     }
 

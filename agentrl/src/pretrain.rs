@@ -519,7 +519,7 @@ mod tests {
         let (bpe, sequences) = small_corpus(8, 64, 400, 0.0);
         assert!(sequences
             .iter()
-            .all(|s| s.weights.iter().any(|&w| w == 1.0) && s.weights.contains(&0.0)));
+            .all(|s| s.weights.contains(&1.0) && s.weights.contains(&0.0)));
         let mut model = {
             let _turn = crate::book::seeded(0);
             TinyAgent::new(

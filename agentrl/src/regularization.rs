@@ -144,12 +144,12 @@ impl Regularizer for KlPenalty {
             (Estimator::K1.tensor(&log_r) * &batch.mask).sum_dim_intlist(1, false, REAL); // [B]
         let kl = Vec::<f64>::try_from(per_episode).expect("one KL per episode");
         for (reward, k) in rewards.iter_mut().zip(&kl) {
-            *reward -= self.beta * *k as f64;
+            *reward -= self.beta * *k;
         }
         let tokens = batch.mask.sum(REAL).double_value(&[]).max(1.0);
         vec![(
             "kl_in_reward".to_string(),
-            kl.iter().map(|&k| k as f64).sum::<f64>() / tokens,
+            kl.iter().copied().sum::<f64>() / tokens,
         )]
     }
 

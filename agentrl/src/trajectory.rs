@@ -122,7 +122,7 @@ pub fn collate(trajectories: &[Trajectory], device: Device) -> Batch {
         }
     }
     let shape = [b as i64, t as i64];
-    let rewards: Vec<f64> = trajectories.iter().map(|tr| tr.reward as f64).collect();
+    let rewards: Vec<f64> = trajectories.iter().map(|tr| tr.reward).collect();
     Batch {
         ids: Tensor::from_slice(&ids).view(shape).to_device(device),
         valid: Tensor::from_slice(&valid).view(shape).to_device(device),

@@ -850,6 +850,22 @@ pub fn test(jupyter: bool) -> Result<()> {
     );
     times.insert("library tests", secs(t));
 
+    // After the library tests, whose build scripts and dependencies it reuses
+    // where it can; the lints the workspace turns off are listed in Cargo.toml.
+    let t = Instant::now();
+    step("lints: cargo clippy --workspace --all-targets -- -D warnings");
+    let mut clippy = Command::new("cargo");
+    clippy.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    tally.result("clippy: no warnings", run(clippy.current_dir(root())));
+    times.insert("clippy", secs(t));
+
     let t = Instant::now();
     step("chapters: run, compare outputs, pinned figures, figures up to date");
     let results = run_chapters(&mut tally, false)?;

@@ -88,8 +88,8 @@ fn ex2_small_cases() {
 
 /// The probabilities `Sampling::draw` computes for `logits` at `temperature`.
 fn draw_probs(logits: &[f64], temperature: f64) -> Vec<f64> {
-    let top = logits.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let scaled: Vec<f64> = logits.iter().map(|&l| (l as f64 - top) / temperature).collect();
+    let top = logits.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+    let scaled: Vec<f64> = logits.iter().map(|&l| (l - top) / temperature).collect();
     let total: f64 = scaled.iter().map(|s| s.exp()).sum();
     scaled.iter().map(|s| s.exp() / total).collect()
 }
@@ -113,7 +113,7 @@ fn ex2_draw_samples_exactly_the_nucleus() {
                 let (token, logprob) = sampling.draw(&logits, &mut rng);
                 let token = token as usize;
                 assert!(kept.contains(&token), "{what}: draw returned {token}, outside the nucleus {kept:?}");
-                assert_close(&format!("{what}: log-prob of {token}"), logprob as f64, (probs[token] / mass).ln(), 1e-5);
+                assert_close(&format!("{what}: log-prob of {token}"), logprob, (probs[token] / mass).ln(), 1e-5);
                 seen[token] += 1;
             }
             for &i in &kept {
@@ -182,7 +182,7 @@ fn ex4_agrees_with_one_pass_and_with_stepping_the_cache() {
     let n = all.len() as i64;
     let per_token = model.token_logprobs(&Tensor::from_slice(&all).view([1, n]), &Tensor::ones([1, n], (Kind::Bool, Device::Cpu)));
     let per_token = Vec::<f64>::try_from(per_token.view([-1])).unwrap();
-    let want: f64 = per_token[prompt.len() - 1..].iter().map(|&l| l as f64).sum();
+    let want: f64 = per_token[prompt.len() - 1..].iter().sum();
     assert_close("against token_logprobs", got, want, 1e-4);
 
     // One token at a time through the cache: the chain rule.
@@ -221,7 +221,7 @@ fn ex4_scores_what_pure_sampling_generated() {
     let prompts = vec![vec![4u32, 5, 6], vec![10u32, 11, 12, 13, 14, 15]];
     let generated = model.generate(&prompts, 8, &[], Sampling::PURE, &mut seeded_rng(9), true);
     for (prompt, g) in prompts.iter().zip(&generated) {
-        let sampled: f64 = g.logprobs.iter().map(|&l| l as f64).sum();
+        let sampled: f64 = g.logprobs.iter().copied().sum();
         assert_close(&format!("generated {:?}", g.tokens), sequence_logprob(&model, prompt, &g.tokens), sampled, 1e-4);
     }
 }

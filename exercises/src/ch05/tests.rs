@@ -205,7 +205,7 @@ fn ex3_sums_the_sampling_logprobs_of_each_episode() {
     let episodes = played(&tasks, &bpe, &model, 1);
     let trajectories: Vec<Trajectory> = episodes.iter().map(Trajectory::from_played).collect();
     let batch = collate(&trajectories, Device::Cpu);
-    let sampled: Vec<f64> = episodes.iter().map(|p| policy_segments(p).iter().flat_map(|(_, _, s)| s.logprobs.iter()).map(|&l| l as f64).sum()).collect();
+    let sampled: Vec<f64> = episodes.iter().map(|p| policy_segments(p).iter().flat_map(|(_, _, s)| s.logprobs.iter()).copied().sum()).collect();
     let stored = sequence_logprobs(&batch.logprobs, &batch.mask);
     let recomputed = sequence_logprobs(&policy_logprobs(&model, &batch), &batch.mask); // with gradients
     assert_eq!(stored.len(), episodes.len());

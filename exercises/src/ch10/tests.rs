@@ -250,7 +250,7 @@ fn ex4_matches_the_reward_penalty_of_kl_penalty() {
         .iter()
         .enumerate()
         .map(|(b, tr)| {
-            let policy: Vec<f64> = tr.logprobs.iter().map(|&l| l as f64).collect();
+            let policy: Vec<f64> = tr.logprobs.to_vec();
             let reference = &reference_logprobs[b * width..b * width + tr.ids.len()];
             sequence_kl_k1(&policy, reference, &tr.action_mask())
         })
