@@ -54,7 +54,8 @@
 //! `/reset` returns a task's first observation, `/state` the state of a fresh
 //! environment, and `/step` (after validating the action) answers 409, since
 //! a fresh environment has no episode: episodes are played over `/ws`.
-//! Errors are 4xx with `{"detail","code"}`. `GET /stats` (not OpenEnv's)
+//! Errors are 4xx with `{"detail","code"}`; a 422's `detail` is FastAPI's list of
+//! `{"type","loc","msg"}`, with the message in `message`. `GET /stats` (not OpenEnv's)
 //! returns the server's counters. Not served: `/mcp` (OpenEnv's MCP mode),
 //! `/docs`, `/openapi.json` and `/web` (FastAPI's pages and OpenEnv's UI).
 
@@ -1137,13 +1138,31 @@ impl Service {
         }
     }
 
+    /// An error reply. A 422 carries FastAPI's validation-error shape, as
+    /// OpenEnv's own server sends it: `detail` is a list of
+    /// `{"type", "loc", "msg"}` (one entry naming the body when the failure has
+    /// no field errors), with the whole message in `message`; other statuses
+    /// carry `detail` as a string, as FastAPI's `HTTPException` does. Both add
+    /// the book's `code`.
     fn http_failure(&self, failure: &Failure) -> HttpReply {
         self.counters.error(failure.code);
-        let mut body = json!({"detail": failure.message, "code": failure.code.as_str()});
-        if !failure.errors.is_empty() {
-            body["errors"] = serde_json::to_value(&failure.errors).expect("errors serialise");
-        }
-        HttpReply::json(failure.code.http_status(), &body)
+        let status = failure.code.http_status();
+        let code = failure.code.as_str();
+        let body = if status == 422 {
+            let entries: Vec<Value> = if failure.errors.is_empty() {
+                vec![json!({"type": code, "loc": ["body"], "msg": failure.message})]
+            } else {
+                failure
+                    .errors
+                    .iter()
+                    .map(|e| json!({"type": code, "loc": e.loc, "msg": e.msg}))
+                    .collect()
+            };
+            json!({"detail": entries, "message": failure.message, "code": code})
+        } else {
+            json!({"detail": failure.message, "code": code})
+        };
+        HttpReply::json(status, &body)
     }
 
     /// `POST /reset`: a fresh environment's first observation (OpenEnv's `ResetResponse`).
@@ -2401,10 +2420,18 @@ mod tests {
         ] {
             let (got, reply) = post(path, body);
             assert_eq!(got, status, "{path} {body}: {reply}");
-            assert!(
-                reply["detail"].as_str().is_some() && reply["code"].as_str().is_some(),
-                "{reply}"
-            );
+            // 422: FastAPI's list of {type, loc, msg}; other errors: a string.
+            let detail_ok = if status == 422 {
+                reply["detail"].as_array().is_some_and(|d| {
+                    !d.is_empty()
+                        && d.iter().all(|e| {
+                            e["type"].is_string() && e["loc"].is_array() && e["msg"].is_string()
+                        })
+                }) && reply["message"].is_string()
+            } else {
+                reply["detail"].is_string()
+            };
+            assert!(detail_ok && reply["code"].as_str().is_some(), "{reply}");
         }
         let stats = service.stats();
         assert_eq!(stats.http_requests, 19);
