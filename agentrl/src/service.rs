@@ -401,6 +401,7 @@ pub struct Counters {
     http_requests: AtomicU64,
     http_errors: AtomicU64,
     episodes_started: AtomicU64,
+    http_resets: AtomicU64,
     episodes_completed: AtomicU64,
     steps: AtomicU64,
     panics: AtomicU64,
@@ -424,7 +425,11 @@ pub struct Stats {
     pub http_requests: u64,
     /// HTTP replies with a 4xx or 5xx status.
     pub http_errors: u64,
+    /// Episodes begun by a WebSocket `reset` (an HTTP `/reset` begins none:
+    /// its fresh environment is dropped with the reply).
     pub episodes_started: u64,
+    /// Stateless `POST /reset` requests answered.
+    pub http_resets: u64,
     pub episodes_completed: u64,
     pub steps: u64,
     /// Handler panics caught and answered with `EXECUTION_ERROR`.
@@ -464,6 +469,7 @@ impl Counters {
             http_requests: get(&self.http_requests),
             http_errors: get(&self.http_errors),
             episodes_started: get(&self.episodes_started),
+            http_resets: get(&self.http_resets),
             episodes_completed: get(&self.episodes_completed),
             steps: get(&self.steps),
             panics: get(&self.panics),
@@ -632,6 +638,7 @@ impl Session {
                 only_keys(&message, &["type", "data"], &[])?;
                 let data = object(message.get("data"), &["data"], false)?;
                 let args = self.reset_args(data)?;
+                bump(&self.counters.episodes_started);
                 Ok(Reply::data("observation", self.reset(args)))
             }
             "step" => {
@@ -756,7 +763,6 @@ impl Session {
             steps: 0,
             done: false,
         });
-        bump(&self.counters.episodes_started);
         StepData {
             observation: Observation::new(&prompt, 0, Info::default()),
             reward: None,
@@ -1187,6 +1193,7 @@ impl Service {
             Ok(None) => session.reset_args(None).expect("the defaults are valid"),
             Err(failure) => return self.http_failure(&failure),
         };
+        bump(&self.counters.http_resets);
         HttpReply::json(
             200,
             &serde_json::to_value(session.reset(args)).expect("a step serialises"),
@@ -2437,6 +2444,8 @@ mod tests {
         assert_eq!(stats.http_requests, 19);
         assert_eq!(stats.http_errors, 13);
         assert_eq!(stats.active_sessions, 0, "HTTP requests hold no session");
+        // The two stateless resets answered 200 begin no episode.
+        assert_eq!((stats.http_resets, stats.episodes_started), (2, 0));
     }
 
     /// Every reply any request can get, on every task of both splits, with a
