@@ -21,7 +21,7 @@ use crate::pg::{
 use crate::pretrain::{base_dir, base_model, load_model, save_model, PretrainConfig};
 use crate::reward::{final_source, monitor};
 use crate::rollout::Played;
-use crate::stats::{mean_interval, wilson_interval, Streams};
+use crate::stats::{mean_interval, plus_minus, wilson_interval, Streams};
 use crate::tinyagent::TinyAgent;
 use crate::trajectory::{Batch, Trajectory};
 use rand::rngs::StdRng;
@@ -285,6 +285,9 @@ pub struct Evaluated {
     pub report: Report,
     pub hacked: usize,
     pub episodes: usize,
+    /// The evaluated model's [`TinyAgent::fingerprint`], in hex.
+    #[serde(default)]
+    pub model: String,
 }
 
 /// What one seed produced: the warm start's and the trained agent's
@@ -311,6 +314,10 @@ pub struct CapstoneReport {
     pub seconds: f64,
     /// The processor the run was measured on ([`crate::book::machine`]).
     pub machine: String,
+    /// The commit of the code that ran, as `cargo xtask capstone` passes it in
+    /// `AGENTRL_COMMIT` (with "+changes" when the work tree was not clean).
+    #[serde(default)]
+    pub commit: String,
 }
 
 impl CapstoneReport {
@@ -427,6 +434,7 @@ pub fn evaluate(
         ),
         hacked: played.iter().filter(|p| p.info.hacked).count(),
         episodes: played.len(),
+        model: String::new(),
     }
 }
 // ANCHOR_END: evaluate
@@ -545,7 +553,10 @@ pub fn run(
                 "{}, seed {seed}",
                 if trained { "trained" } else { "warm start" }
             );
-            let result = evaluate(&model, &bpe, &split, config, seed, set, &name);
+            let result = Evaluated {
+                model: format!("{:016x}", model.fingerprint()),
+                ..evaluate(&model, &bpe, &split, config, seed, set, &name)
+            };
             tick(&format!("seed {seed}: {name} on {}", SETS[set]));
             Ok(result)
         },
@@ -583,6 +594,7 @@ pub fn run(
         seeds,
         seconds: start.elapsed().as_secs_f64(),
         machine: crate::book::machine(),
+        commit: std::env::var("AGENTRL_COMMIT").unwrap_or_default(),
     };
     std::fs::create_dir_all(root)
         .map_err(|err| format!("cannot create {}: {err}", root.display()))?;
@@ -619,15 +631,14 @@ pub fn summary(report: &CapstoneReport) -> String {
         for (i, estimate) in first.pass_at_k.iter().enumerate() {
             let k = estimate.k;
             let mean = |which: &dyn Fn(&SeedResult) -> &Evaluated| {
-                mean_interval(
+                plus_minus(
                     &seeds
                         .iter()
                         .map(|r| which(r).report.pass_at_k[i].mean)
                         .collect::<Vec<_>>(),
                 )
             };
-            let (warm, warm_h) = mean(&|r| &r.warm[s]);
-            let (trained, trained_h) = mean(&|r| &r.trained[s]);
+            let (warm, trained) = (mean(&|r| &r.warm[s]), mean(&|r| &r.trained[s]));
             let per_seed: Vec<String> = seeds
                 .iter()
                 .map(|r| {
@@ -635,7 +646,10 @@ pub fn summary(report: &CapstoneReport) -> String {
                     format!("{:.3} [{:.3}, {:.3}]", e.mean, e.low, e.high)
                 })
                 .collect();
-            out.push_str(&format!("  pass@{k:<2} warm start {warm:.3} ± {warm_h:.3}   trained {trained:.3} ± {trained_h:.3}   per seed {}\n", per_seed.join("  ")));
+            out.push_str(&format!(
+                "  pass@{k:<2} warm start {warm:<13}   trained {trained:<13}   per seed {}\n",
+                per_seed.join("  ")
+            ));
         }
         let gains: Vec<String> = seeds
             .iter()
@@ -832,6 +846,7 @@ mod tests {
             ),
             hacked: 0,
             episodes: 10,
+            model: String::new(),
         };
         let seed = |s: usize| SeedResult {
             seed: 0,
@@ -846,6 +861,7 @@ mod tests {
             seeds: vec![seed(s), seed(s)],
             seconds,
             machine: "test".into(),
+            commit: String::new(),
         };
         assert!(goals(&report(9, 100.0), true).iter().all(|(_, met)| *met));
         assert!(

@@ -14,7 +14,7 @@ use crate::book::{fnv1a, FNV_START};
 use crate::episode::parse_call;
 use crate::gym::Task;
 use crate::rollout::Played;
-use crate::stats::{paired_bootstrap, percentile};
+use crate::stats::{paired_bootstrap, percentile, wilson_interval_of_mean};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -165,6 +165,14 @@ impl Report {
 /// they are not independent draws; resampling whole tasks keeps each task's
 /// samples together and measures how the score would move on another draw of
 /// tasks from the same distribution.
+///
+/// The bootstrap knows only the tasks it was given: when all but a few
+/// tasks sit at 0 (or at 1), most resamples repeat them, and when all do the
+/// interval has zero width. So within [`NEAR_BOUNDARY`] tasks' worth of a
+/// boundary (n·mean or n·(1 − mean) below it) the interval is widened to hold
+/// Chapter 2's Wilson interval over the n tasks as well
+/// ([`wilson_interval_of_mean`]): a score of 0 on 39 tasks then reads
+/// [0, 0.090], not [0, 0].
 pub fn bootstrap_over_tasks(per_task: &[f64], resamples: usize, seed: u64) -> (f64, f64, f64) {
     assert!(
         !per_task.is_empty() && resamples >= 100,
@@ -181,8 +189,18 @@ pub fn bootstrap_over_tasks(per_task: &[f64], resamples: usize, seed: u64) -> (f
                 / n as f64
         })
         .collect();
-    (mean, percentile(&means, 0.025), percentile(&means, 0.975))
+    let (mut low, mut high) = (percentile(&means, 0.025), percentile(&means, 0.975));
+    let bounded = per_task.iter().all(|v| (0.0..=1.0).contains(v));
+    if bounded && n as f64 * mean.min(1.0 - mean) < NEAR_BOUNDARY {
+        let (wilson_low, wilson_high) = wilson_interval_of_mean(mean.clamp(0.0, 1.0), n);
+        (low, high) = (low.min(wilson_low), high.max(wilson_high));
+    }
+    (mean, low, high)
 }
+
+/// Tasks' worth of successes (or failures) below which a rate counts as near
+/// its boundary: the usual condition n·p ≥ 5 for a normal approximation.
+pub const NEAR_BOUNDARY: f64 = 5.0;
 // ANCHOR_END: bootstrap_over_tasks
 
 // ANCHOR: compare
@@ -206,7 +224,21 @@ pub fn compare(a: &Report, b: &Report, k: usize, seed: u64) -> (f64, f64, f64) {
             .map(|s| pass_at_k(s.samples, s.successes, k))
             .collect::<Vec<f64>>()
     };
-    paired_bootstrap(&per_task(a), &per_task(b), RESAMPLES, seed)
+    let (difference, low, high) = paired_bootstrap(&per_task(a), &per_task(b), RESAMPLES, seed);
+    if low < high {
+        return (difference, low, high);
+    }
+    // Every task moved by the same amount (most often: none moved, both
+    // checkpoints at 0 or at 1), so every resample repeats it. The paired
+    // design has nothing to say; what the two scores allow still bounds the
+    // difference: from b's lowest minus a's highest to b's highest minus
+    // a's lowest, each end from its own report's interval.
+    let (a_at, b_at) = (&a.pass_at_k, &b.pass_at_k);
+    let find = |e: &[Estimate]| e.iter().find(|e| e.k == k).cloned();
+    match (find(a_at), find(b_at)) {
+        (Some(ea), Some(eb)) => (difference, eb.low - ea.high, eb.high - ea.low),
+        _ => (difference, low, high),
+    }
 }
 
 /// Tasks needed for a paired comparison to show a true mean difference
@@ -431,6 +463,47 @@ mod tests {
         assert_eq!(mean, 0.5);
         assert!(
             (0.30..0.40).contains(&low) && (0.60..0.70).contains(&high),
+            "{low} {high}"
+        );
+    }
+
+    #[test]
+    fn near_a_boundary_the_interval_over_tasks_holds_wilsons_and_never_collapses() {
+        // No task solved: the bootstrap alone gives [0, 0]; Wilson over 39 tasks 0.090.
+        let (mean, low, high) = bootstrap_over_tasks(&[0.0; 39], 2_000, 7);
+        assert_eq!((mean, low), (0.0, 0.0));
+        assert!((high - 0.0897).abs() < 5e-4, "{high}");
+        let (_, low, high) = bootstrap_over_tasks(&[1.0; 39], 2_000, 7);
+        assert!((low - 0.9103).abs() < 5e-4 && high == 1.0, "{low} {high}");
+        // One task of 78 solved: 1 < 5 tasks' worth, so Wilson's [0.002, 0.069]
+        // is held, where the bootstrap alone reads about [0, 0.038].
+        let one: Vec<f64> = (0..78).map(|i| if i == 0 { 1.0 } else { 0.0 }).collect();
+        let (_, low, high) = bootstrap_over_tasks(&one, 2_000, 7);
+        assert!(low == 0.0 && (0.06..0.075).contains(&high), "{low} {high}");
+        // Twenty of forty: far from the boundaries, the bootstrap alone.
+        let split: Vec<f64> = (0..40).map(|i| (i % 2) as f64).collect();
+        assert_eq!(bootstrap_over_tasks(&split, 2_000, 7).1, {
+            let (_, low, _) = crate::stats::paired_bootstrap(&[0.0; 40], &split, 2_000, 7);
+            low
+        });
+    }
+
+    #[test]
+    fn a_comparison_in_which_no_task_moved_still_has_a_width() {
+        let zeros = |policy: &str| {
+            let scores = (0..39)
+                .map(|i| TaskScore {
+                    task: format!("t{i}"),
+                    samples: 4,
+                    successes: 0,
+                })
+                .collect();
+            Report::new(policy, "set", 1, scores, &[1])
+        };
+        let (d, low, high) = compare(&zeros("a"), &zeros("b"), 1, 3);
+        assert_eq!(d, 0.0);
+        assert!(
+            (low + 0.0897).abs() < 5e-4 && (high - 0.0897).abs() < 5e-4,
             "{low} {high}"
         );
     }

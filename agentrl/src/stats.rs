@@ -69,9 +69,19 @@ pub fn students_t(df: usize, q: f64) -> f64 {
 }
 
 /// [`mean_interval`] as text for a table: "mean ± half-width", 3 decimals.
+/// When every seed gave the same value the spread is zero and so is the
+/// t-interval: that says the seeds agreed, not that the next seed would, so
+/// no interval is printed, only the count of seeds that agreed ("0.000 (all
+/// 3)"). A half-width too small for three decimals prints as "± <0.001".
 pub fn plus_minus(values: &[f64]) -> String {
     let (mean, half) = mean_interval(values);
-    format!("{mean:.3} ± {half:.3}")
+    if values.iter().all(|v| *v == values[0]) {
+        format!("{mean:.3} (all {})", values.len())
+    } else if half < 0.0005 {
+        format!("{mean:.3} ± <0.001")
+    } else {
+        format!("{mean:.3} ± {half:.3}")
+    }
 }
 
 /// `b − a` seed by seed (runs that share their seeds), with [`mean_interval`]
@@ -84,8 +94,18 @@ pub fn paired_difference(a: &[f64], b: &[f64]) -> (f64, f64) {
 
 /// [`paired_difference`] in words: the mean difference, its interval, and
 /// what the interval allows one to say.
+/// When every pair differs by the same amount there is no spread to build an
+/// interval from, and the summary says so instead of printing a zero-width
+/// interval.
 pub fn paired_summary(a: &[f64], b: &[f64]) -> String {
     let (mean, half) = paired_difference(a, b);
+    let first = b[0] - a[0];
+    if a.iter().zip(b).all(|(x, y)| y - x == first) {
+        return format!(
+            "{mean:+.3} in each of {} paired seeds: no spread, so no interval",
+            a.len()
+        );
+    }
     let verdict = if mean - half > 0.0 {
         "higher"
     } else if mean + half < 0.0 {
@@ -137,10 +157,22 @@ pub fn wilson_interval(successes: usize, n: usize) -> (f64, f64) {
         n > 0 && successes <= n,
         "a rate needs 0 <= successes <= n and n > 0 (got {successes} of {n})"
     );
+    wilson_interval_of_mean(successes as f64 / n as f64, n)
+}
+
+/// [`wilson_interval`] for the mean `rate` of `n` values in [0, 1] that need
+/// not be 0 or 1 (per-task success rates, per-task pass@k). A value in
+/// [0, 1] with mean p varies at most as much as a success/failure with rate
+/// p, so the interval errs on the wide side.
+pub fn wilson_interval_of_mean(rate: f64, n: usize) -> (f64, f64) {
+    assert!(
+        n > 0 && (0.0..=1.0).contains(&rate),
+        "a rate needs n > 0 and 0 <= rate <= 1 (got {rate} over {n})"
+    );
     let z = Normal::new(0.0, 1.0)
         .expect("the standard normal")
         .inverse_cdf(0.975);
-    let (n, rate) = (n as f64, successes as f64 / n as f64);
+    let n = n as f64;
     let denominator = 1.0 + z * z / n;
     let centre = (rate + z * z / (2.0 * n)) / denominator;
     let half = z / denominator * (rate * (1.0 - rate) / n + z * z / (4.0 * n * n)).sqrt();
@@ -180,7 +212,8 @@ pub fn clopper_pearson_interval(successes: usize, n: usize) -> (f64, f64) {
 // ANCHOR: bootstrap
 /// A paired comparison over units (tasks) that both variants were scored on:
 /// the mean of `b[i] − a[i]` and its 95 % percentile-bootstrap interval from
-/// `resamples` draws of the units with replacement, drawn from `seed`.
+/// `resamples` draws of the units with replacement, drawn from `seed`, its
+/// ends read by [`percentile`] (the one percentile rule of the book).
 pub fn paired_bootstrap(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> (f64, f64, f64) {
     assert_eq!(a.len(), b.len(), "paired scores come in pairs");
     assert!(
@@ -191,7 +224,7 @@ pub fn paired_bootstrap(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> (f
     let n = differences.len();
     let mean = differences.iter().sum::<f64>() / n as f64;
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut means: Vec<f64> = (0..resamples)
+    let means: Vec<f64> = (0..resamples)
         .map(|_| {
             (0..n)
                 .map(|_| differences[rng.random_range(0..n)])
@@ -199,9 +232,7 @@ pub fn paired_bootstrap(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> (f
                 / n as f64
         })
         .collect();
-    means.sort_by(f64::total_cmp);
-    let at = |q: f64| means[((q * resamples as f64) as usize).min(resamples - 1)];
-    (mean, at(0.025), at(0.975))
+    (mean, percentile(&means, 0.025), percentile(&means, 0.975))
 }
 // ANCHOR_END: bootstrap
 
@@ -281,6 +312,17 @@ pub fn band(runs: &[Vec<f64>]) -> Vec<(f64, f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seeds_that_agree_print_no_interval() {
+        assert_eq!(plus_minus(&[0.0, 0.0, 0.0]), "0.000 (all 3)");
+        assert_eq!(plus_minus(&[0.5, 0.5001, 0.5]), "0.500 ± <0.001");
+        assert_eq!(plus_minus(&[0.1, 0.2, 0.3]), "0.200 ± 0.248");
+        assert_eq!(
+            paired_summary(&[0.5, 0.25, 0.0], &[0.25, 0.0, -0.25]),
+            "-0.250 in each of 3 paired seeds: no spread, so no interval"
+        );
+    }
 
     #[test]
     fn a_paired_summary_says_only_what_its_interval_allows() {

@@ -995,6 +995,21 @@ pub fn capstone(short: bool, record: bool) -> Result<()> {
         cmd.arg("--record")
             .arg(root().join("data/capstone-report.json"));
     }
+    // The report names the code that made it.
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(root())
+            .output()
+            .ok()
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    let mut commit = git(&["rev-parse", "HEAD"]);
+    if !git(&["status", "--porcelain", "--untracked-files=no"]).is_empty() {
+        commit.push_str("+changes");
+    }
+    cmd.env("AGENTRL_COMMIT", commit);
     run(cmd.envs(setup::book_env()).current_dir(root()))
 }
 
