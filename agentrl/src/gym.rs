@@ -36,6 +36,9 @@ pub enum Family {
     NegatedCondition,
     WrongInit,
     SwappedArgs,
+    /// Chapter 12: a defect made by a mutation operator in a written program
+    /// ([`crate::mutation`]); no template, so not in [`Family::ALL`].
+    Mutation,
 }
 
 /// What an edit op is for. The agent sees only the op's name.
@@ -107,6 +110,7 @@ impl Family {
             Family::NegatedCondition => "negated_condition",
             Family::WrongInit => "wrong_init",
             Family::SwappedArgs => "swapped_args",
+            Family::Mutation => "mutation",
         }
     }
 
@@ -486,6 +490,9 @@ fn draft(family: Family, rng: &mut StdRng) -> Draft {
                 }),
                 params: p,
             }
+        }
+        Family::Mutation => {
+            panic!("the mutation family has no template: its tasks come from mutation::task")
         }
     }
 }

@@ -32,6 +32,7 @@
 //! | [`regularization`] | 10 | KL estimators k1/k2/k3 and their exact moments; a KL penalty towards a reference policy (reward or loss); an entropy bonus |
 //! | [`reward`] | 11 | verifiers (hidden tests, public tests, partial credit, patch similarity), a learned judge, exploit monitors, training on any verifier ([`reward::Verified`]), a hack lab |
 //! | [`horizon`] | 12 | edit menus as diffs under neutral labels with `undo`, files with several bugs, the held-out families, test-driven search, potential-based shaping, context growth, degenerate episodes |
+//! | [`mutation`] | 12 | bug families at scale: written programs with public and hidden tests, 24 mutation operators, the mutants both suites catch, tasks whose candidates are diffs under neutral labels with distractors of the fixes' shapes, splits by instance, program and operator, and the baselines (chance, random-order search, lookup, oracle) |
 //! | [`offpolicy`] | 13 | learning from episodes another policy sampled: importance weights π_old/μ, truncated per token or per sequence, masked; the gap between sampler and learner measured |
 //! | [`exchange`] | 13 | trajectories on disk as JSONL (ids, action mask, sampling log-probs, reward, policy version), checked when read |
 //! | [`pipeline`] | 13 | rollout systems on a virtual clock: episode shapes, recorded and heavy-tailed latencies, lockstep and independent rollouts as timelines, asynchronous workers and a learner under a staleness bound |
@@ -66,6 +67,7 @@ pub mod grpo;
 pub mod gym;
 pub mod horizon;
 pub mod mdp;
+pub mod mutation;
 pub mod offpolicy;
 pub mod packing;
 pub mod pg;

@@ -1,0 +1,1262 @@
+//! Chapter 12: bug families at scale. Correct Rhai programs with public and
+//! hidden tests ([`Program`], stored in `data/programs/`), mutation operators
+//! that each make one kind of small defect ([`Operator`], [`mutations`]),
+//! the mutants that both test suites catch ([`mutants`]), a task format in
+//! which only reading can find the fix ([`task`]: candidate edits as diffs
+//! under neutral labels, shuffled, with `undo`, more candidates than a blind
+//! search can try, and distractors of the same shapes as fixes), the splits
+//! by instance, program and operator ([`split`]), and the baselines every
+//! agent is compared with ([`baselines`]).
+
+use crate::book::{fnv1a, FNV_START};
+use crate::gym::{BugFixEnv, Edit, EditKind, Family, Task};
+use crate::horizon::{neutral, Searcher};
+use crate::policies::{run_episode, Policy};
+use crate::runner::{Guarded, Test, TestRunner};
+use crate::sandbox::all_pass;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rhai::AST;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+// ANCHOR: program
+/// A correct program: what its entry point should do (one sentence, the
+/// start of every issue about it), its source, and its tests. The public
+/// tests are the ones the agent's `test` tool runs; the hidden tests decide
+/// the reward together with them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Program {
+    pub name: String,
+    pub function: String,
+    pub what: String,
+    pub source: String,
+    pub public: Vec<Test>,
+    pub hidden: Vec<Test>,
+}
+// ANCHOR_END: program
+
+/// Every program in `dir` (one JSON file each), sorted by name, each checked:
+/// its source compiles and passes all its tests.
+pub fn load_programs(dir: &Path) -> Result<Vec<Program>, String> {
+    let mut programs = Vec::new();
+    let entries =
+        std::fs::read_dir(dir).map_err(|err| format!("cannot list {}: {err}", dir.display()))?;
+    for entry in entries {
+        let path = entry.map_err(|err| err.to_string())?.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        let program: Program = serde_json::from_str(&text)
+            .map_err(|err| format!("{} is not a program: {err}", path.display()))?;
+        let lines = Guarded::shared().run(&program.source, &program.tests());
+        if !all_pass(&lines) {
+            let failed: Vec<String> = lines
+                .iter()
+                .filter(|l| !l.passed)
+                .map(|l| l.text.clone())
+                .collect();
+            return Err(format!(
+                "{}: the correct source fails its own tests: {}",
+                path.display(),
+                failed.join("; ")
+            ));
+        }
+        programs.push(program);
+    }
+    programs.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(programs)
+}
+
+/// The programs of `data/programs/`.
+pub fn programs() -> Vec<Program> {
+    load_programs(&crate::book::data_path("programs")).unwrap_or_else(|err| panic!("{err}"))
+}
+
+impl Program {
+    /// Public then hidden tests.
+    pub fn tests(&self) -> Vec<Test> {
+        self.public.iter().chain(&self.hidden).cloned().collect()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Tokens
+// ---------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Ident,
+    Int,
+    Str,
+    Punct,
+}
+
+/// A token of a Rhai source: its kind and its byte range.
+#[derive(Clone, Copy, Debug)]
+struct Token {
+    kind: Kind,
+    start: usize,
+    end: usize,
+}
+
+const KEYWORDS: [&str; 15] = [
+    "let", "fn", "if", "else", "while", "for", "in", "return", "true", "false", "loop", "break",
+    "continue", "do", "until",
+];
+
+/// Multi-character punctuation, longest first.
+const PUNCTS: [&str; 17] = [
+    "..=", "..", "<=", ">=", "==", "!=", "&&", "||", "+=", "-=", "*=", "/=", "%=", "=>", "->",
+    "::", "**",
+];
+
+/// The tokens of `source` (comments and white space skipped). Good enough for
+/// the programs of this module: identifiers, integers, strings and
+/// characters, punctuation.
+fn lex(source: &str) -> Vec<Token> {
+    let bytes = source.as_bytes();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let start = i;
+        if c.is_ascii_whitespace() {
+            i += 1;
+            continue;
+        }
+        if source[i..].starts_with("//") {
+            while i < bytes.len() && bytes[i] != b'\n' {
+                i += 1;
+            }
+            continue;
+        }
+        let kind = if c.is_ascii_alphabetic() || c == b'_' {
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            Kind::Ident
+        } else if c.is_ascii_digit() {
+            while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'_') {
+                i += 1;
+            }
+            Kind::Int
+        } else if c == b'"' || c == b'\'' || c == b'`' {
+            i += 1;
+            while i < bytes.len() && bytes[i] != c {
+                i += if bytes[i] == b'\\' { 2 } else { 1 };
+            }
+            i = (i + 1).min(bytes.len());
+            Kind::Str
+        } else {
+            let len = PUNCTS
+                .iter()
+                .find(|p| source[i..].starts_with(*p))
+                .map_or_else(
+                    || source[i..].chars().next().map_or(1, char::len_utf8),
+                    |p| p.len(),
+                );
+            i += len;
+            Kind::Punct
+        };
+        tokens.push(Token {
+            kind,
+            start,
+            end: i,
+        });
+    }
+    tokens
+}
+
+// ---------------------------------------------------------------------------
+// Operators
+// ---------------------------------------------------------------------------
+
+// ANCHOR: operator
+/// The mutation operators: each makes one kind of small defect at a site of
+/// a correct program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operator {
+    /// `<` becomes `<=`.
+    LessToLessEqual,
+    /// `<=` becomes `<`.
+    LessEqualToLess,
+    /// `>` becomes `>=`.
+    GreaterToGreaterEqual,
+    /// `>=` becomes `>`.
+    GreaterEqualToGreater,
+    /// A comparison points the other way (`<` and `>`, `<=` and `>=`).
+    FlipComparison,
+    /// `==` and `!=` trade places.
+    EqualityFlip,
+    /// A binary `+` and `-` trade places.
+    PlusMinus,
+    /// `*` and `/` trade places.
+    TimesDivide,
+    /// `/` and `%` trade places.
+    DivideModulo,
+    /// `+=` and `-=` trade places.
+    CompoundFlip,
+    /// An integer constant (not an initial value) one larger.
+    ConstantUp,
+    /// An integer constant (not an initial value) one smaller.
+    ConstantDown,
+    /// `let x = n` starts from another value (0 becomes 1, anything else 0).
+    WrongInit,
+    /// The two arguments of a call trade places.
+    SwapArgs,
+    /// The condition of an `if` is negated.
+    NegateCondition,
+    /// `&&` and `||` trade places.
+    AndOr,
+    /// `min` and `max` trade places.
+    MinMax,
+    /// A variable is read where another of the function's variables belongs.
+    WrongVariable,
+    /// `return` gives another of the function's variables.
+    WrongReturn,
+    /// A statement line (an assignment, an update, a push) is gone.
+    MissingStatement,
+    /// A range's end is included where it should not be, or the reverse.
+    RangeBound,
+    /// `true` and `false` trade places.
+    BoolFlip,
+    /// An index is one too far (`xs[i]` becomes `xs[i + 1]` or `xs[i - 1]`).
+    IndexShift,
+    /// The operands of a binary `-` trade places.
+    SwapOperands,
+}
+// ANCHOR_END: operator
+
+impl Operator {
+    pub const ALL: [Operator; 24] = [
+        Operator::LessToLessEqual,
+        Operator::LessEqualToLess,
+        Operator::GreaterToGreaterEqual,
+        Operator::GreaterEqualToGreater,
+        Operator::FlipComparison,
+        Operator::EqualityFlip,
+        Operator::PlusMinus,
+        Operator::TimesDivide,
+        Operator::DivideModulo,
+        Operator::CompoundFlip,
+        Operator::ConstantUp,
+        Operator::ConstantDown,
+        Operator::WrongInit,
+        Operator::SwapArgs,
+        Operator::NegateCondition,
+        Operator::AndOr,
+        Operator::MinMax,
+        Operator::WrongVariable,
+        Operator::WrongReturn,
+        Operator::MissingStatement,
+        Operator::RangeBound,
+        Operator::BoolFlip,
+        Operator::IndexShift,
+        Operator::SwapOperands,
+    ];
+
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+}
+
+/// One mutation: `source[start..end]` becomes `replacement`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mutation {
+    pub operator: Operator,
+    pub start: usize,
+    pub end: usize,
+    pub replacement: String,
+}
+
+impl Mutation {
+    pub fn apply(&self, source: &str) -> String {
+        format!(
+            "{}{}{}",
+            &source[..self.start],
+            self.replacement,
+            &source[self.end..]
+        )
+    }
+}
+
+/// The variables of each function: (byte range of the function, names), the
+/// names in order of first declaration (parameters, `let`, `for` variables).
+fn functions(source: &str, tokens: &[Token]) -> Vec<((usize, usize), Vec<String>)> {
+    let text = |t: &Token| &source[t.start..t.end];
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        if text(&tokens[i]) != "fn" {
+            i += 1;
+            continue;
+        }
+        let start = tokens[i].start;
+        let mut names: Vec<String> = Vec::new();
+        let mut j = i + 2; // past `fn name`
+        while j < tokens.len() && text(&tokens[j]) != ")" {
+            if tokens[j].kind == Kind::Ident {
+                names.push(text(&tokens[j]).to_string());
+            }
+            j += 1;
+        }
+        // The body: from the first `{` to its matching `}`.
+        while j < tokens.len() && text(&tokens[j]) != "{" {
+            j += 1;
+        }
+        let mut depth = 0;
+        let mut end = source.len();
+        while j < tokens.len() {
+            match text(&tokens[j]) {
+                "{" => depth += 1,
+                "}" => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = tokens[j].end;
+                        break;
+                    }
+                }
+                "let" | "for" => {
+                    if let Some(next) = tokens.get(j + 1).filter(|t| t.kind == Kind::Ident) {
+                        let name = text(next).to_string();
+                        if !names.contains(&name) {
+                            names.push(name);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            j += 1;
+        }
+        out.push(((start, end), names));
+        i = j + 1;
+    }
+    out
+}
+
+/// The end of the expression that starts at token `from`: the index of the
+/// first token at depth 0 that is one of `stops`.
+fn expression_end(source: &str, tokens: &[Token], from: usize, stops: &[&str]) -> Option<usize> {
+    let mut depth = 0i32;
+    for (k, t) in tokens.iter().enumerate().skip(from) {
+        let s = &source[t.start..t.end];
+        if depth == 0 && stops.contains(&s) {
+            return Some(k);
+        }
+        match s {
+            "(" | "[" | "{" => depth += 1,
+            ")" | "]" | "}" => {
+                depth -= 1;
+                if depth < 0 {
+                    return None;
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+// ANCHOR: mutations
+/// Every mutation of `source` that some operator makes, site by site.
+pub fn mutations(source: &str) -> Vec<Mutation> {
+    let tokens = lex(source);
+    let text = |k: usize| &source[tokens[k].start..tokens[k].end];
+    let functions = functions(source, &tokens);
+    let names_at = |at: usize| {
+        functions
+            .iter()
+            .find(|((s, e), _)| (*s..*e).contains(&at))
+            .map(|(_, names)| names.clone())
+            .unwrap_or_default()
+    };
+    // A binary operator follows an operand: a name, a number, `)` or `]`.
+    let operand_before = |k: usize| {
+        k > 0 && {
+            let p = text(k - 1);
+            (tokens[k - 1].kind == Kind::Ident && !KEYWORDS.contains(&p))
+                || tokens[k - 1].kind == Kind::Int
+                || p == ")"
+                || p == "]"
+        }
+    };
+    let mut out = Vec::new();
+    // Token k becomes `replacement`.
+    let token = |operator: Operator, k: usize, replacement: &str| Mutation {
+        operator,
+        start: tokens[k].start,
+        end: tokens[k].end,
+        replacement: replacement.to_string(),
+    };
+    for k in 0..tokens.len() {
+        let mut add = |m: Mutation| out.push(m);
+        let s = text(k);
+        match s {
+            "<" => {
+                add(token(Operator::LessToLessEqual, k, "<="));
+                add(token(Operator::FlipComparison, k, ">"));
+            }
+            "<=" => {
+                add(token(Operator::LessEqualToLess, k, "<"));
+                add(token(Operator::FlipComparison, k, ">="));
+            }
+            ">" => {
+                add(token(Operator::GreaterToGreaterEqual, k, ">="));
+                add(token(Operator::FlipComparison, k, "<"));
+            }
+            ">=" => {
+                add(token(Operator::GreaterEqualToGreater, k, ">"));
+                add(token(Operator::FlipComparison, k, "<="));
+            }
+            "==" => add(token(Operator::EqualityFlip, k, "!=")),
+            "!=" => add(token(Operator::EqualityFlip, k, "==")),
+            "+" if operand_before(k) => add(token(Operator::PlusMinus, k, "-")),
+            "-" if operand_before(k) => add(token(Operator::PlusMinus, k, "+")),
+            "*" => add(token(Operator::TimesDivide, k, "/")),
+            "/" => {
+                add(token(Operator::TimesDivide, k, "*"));
+                add(token(Operator::DivideModulo, k, "%"));
+            }
+            "%" => add(token(Operator::DivideModulo, k, "/")),
+            "+=" => add(token(Operator::CompoundFlip, k, "-=")),
+            "-=" => add(token(Operator::CompoundFlip, k, "+=")),
+            "&&" => add(token(Operator::AndOr, k, "||")),
+            "||" => add(token(Operator::AndOr, k, "&&")),
+            ".." => add(token(Operator::RangeBound, k, "..=")),
+            "..=" => add(token(Operator::RangeBound, k, "..")),
+            "true" => add(token(Operator::BoolFlip, k, "false")),
+            "false" => add(token(Operator::BoolFlip, k, "true")),
+            _ => {}
+        }
+        if tokens[k].kind == Kind::Int {
+            let Ok(n) = s.replace('_', "").parse::<i64>() else {
+                continue;
+            };
+            let initial = k >= 3 && text(k - 1) == "=" && text(k - 3) == "let";
+            if initial {
+                add(token(
+                    Operator::WrongInit,
+                    k,
+                    if n == 0 { "1" } else { "0" },
+                ));
+            } else {
+                add(token(Operator::ConstantUp, k, &(n + 1).to_string()));
+                if n > 0 {
+                    add(token(Operator::ConstantDown, k, &(n - 1).to_string()));
+                }
+            }
+        }
+        if (s == "min" || s == "max") && tokens.get(k + 1).is_some_and(|_| text(k + 1) == "(") {
+            add(token(
+                Operator::MinMax,
+                k,
+                if s == "min" { "max" } else { "min" },
+            ));
+        }
+        let is_name = tokens[k].kind == Kind::Ident && !KEYWORDS.contains(&s);
+        // A call with exactly two arguments: swap them.
+        if is_name && k + 1 < tokens.len() && text(k + 1) == "(" && (k == 0 || text(k - 1) != "fn")
+        {
+            if let Some(comma) = expression_end(source, &tokens, k + 2, &[",", ")"]) {
+                if text(comma) == "," {
+                    if let Some(close) = expression_end(source, &tokens, comma + 1, &[",", ")"]) {
+                        if text(close) == ")" && comma > k + 2 && close > comma + 1 {
+                            let first = &source[tokens[k + 2].start..tokens[comma - 1].end];
+                            let second = &source[tokens[comma + 1].start..tokens[close - 1].end];
+                            add(Mutation {
+                                operator: Operator::SwapArgs,
+                                start: tokens[k + 2].start,
+                                end: tokens[close - 1].end,
+                                replacement: format!("{second}, {first}"),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        // `if cond {` becomes `if !(cond) {`.
+        if s == "if" {
+            if let Some(brace) = expression_end(source, &tokens, k + 1, &["{"]) {
+                if brace > k + 1 {
+                    let (start, end) = (tokens[k + 1].start, tokens[brace - 1].end);
+                    add(Mutation {
+                        operator: Operator::NegateCondition,
+                        start,
+                        end,
+                        replacement: format!("!({})", &source[start..end]),
+                    });
+                }
+            }
+        }
+        // `return e;` gives another variable.
+        if s == "return" {
+            if let Some(semi) = expression_end(source, &tokens, k + 1, &[";", "}"]) {
+                if semi > k + 1 {
+                    let (start, end) = (tokens[k + 1].start, tokens[semi - 1].end);
+                    let returned = &source[start..end];
+                    for name in names_at(start).iter().filter(|n| *n != returned) {
+                        add(Mutation {
+                            operator: Operator::WrongReturn,
+                            start,
+                            end,
+                            replacement: name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        // A variable read where another belongs: not a declaration, a callee,
+        // a method or a function's name.
+        if is_name && k > 0 {
+            let before = text(k - 1);
+            let declared = matches!(before, "let" | "fn" | "for" | ".");
+            let called = tokens.get(k + 1).is_some_and(|_| text(k + 1) == "(");
+            let names = names_at(tokens[k].start);
+            let in_params = {
+                // Inside the parameter list of `fn name(...)`.
+                let mut j = k;
+                let mut inside = false;
+                while j > 0 {
+                    j -= 1;
+                    match text(j) {
+                        "(" => {
+                            inside = j >= 2 && text(j - 2) == "fn";
+                            break;
+                        }
+                        ")" | "{" | "}" | ";" => break,
+                        _ => {}
+                    }
+                }
+                inside
+            };
+            let assigned = tokens
+                .get(k + 1)
+                .is_some_and(|_| matches!(text(k + 1), "=" | "+=" | "-=" | "*=" | "/=" | "%="));
+            if !declared && !called && !in_params && !assigned && names.iter().any(|n| n == s) {
+                for name in names.iter().filter(|n| *n != s) {
+                    add(token(Operator::WrongVariable, k, name));
+                }
+            }
+        }
+        // `xs[i]` becomes `xs[i + 1]` and `xs[i - 1]`.
+        if s == "["
+            && operand_before(k)
+            && tokens.get(k + 2).is_some_and(|_| text(k + 2) == "]")
+            && tokens[k + 1].kind == Kind::Ident
+        {
+            let index = text(k + 1);
+            for shifted in [format!("{index} + 1"), format!("{index} - 1")] {
+                add(token(Operator::IndexShift, k + 1, &shifted));
+            }
+        }
+        // `a - b` becomes `b - a` for single-token operands.
+        if s == "-"
+            && operand_before(k)
+            && k + 1 < tokens.len()
+            && matches!(tokens[k + 1].kind, Kind::Ident | Kind::Int)
+            && matches!(tokens[k - 1].kind, Kind::Ident | Kind::Int)
+            && !tokens
+                .get(k + 2)
+                .is_some_and(|_| matches!(text(k + 2), "(" | "[" | "." | "*" | "/" | "%"))
+            && !(k >= 2 && matches!(text(k - 2), "*" | "/" | "%" | "." | "-"))
+        {
+            add(Mutation {
+                operator: Operator::SwapOperands,
+                start: tokens[k - 1].start,
+                end: tokens[k + 1].end,
+                replacement: format!("{} - {}", text(k + 1), text(k - 1)),
+            });
+        }
+    }
+    // Statement lines that are not declarations or returns: deleted.
+    let mut offset = 0;
+    for line in source.split_inclusive('\n') {
+        let body = line.trim();
+        let statement = body.ends_with(';')
+            && !body.starts_with("let ")
+            && !body.starts_with("return")
+            && !body.starts_with("fn ");
+        if statement {
+            out.push(Mutation {
+                operator: Operator::MissingStatement,
+                start: offset,
+                end: offset + line.len(),
+                replacement: String::new(),
+            });
+        }
+        offset += line.len();
+    }
+    out
+}
+// ANCHOR_END: mutations
+
+// ---------------------------------------------------------------------------
+// Mutants and line edits
+// ---------------------------------------------------------------------------
+
+/// The edit that turns `before` into `after` as the gym applies edits: the
+/// lines that differ (with one line of context when lines were only added or
+/// only removed), extended by a line of context at a time until the text to
+/// find occurs exactly once in `before`. `None` when the sources are equal.
+pub fn line_edit(before: &str, after: &str) -> Option<(String, String)> {
+    if before == after {
+        return None;
+    }
+    let a: Vec<&str> = before.split_inclusive('\n').collect();
+    let b: Vec<&str> = after.split_inclusive('\n').collect();
+    let prefix = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let suffix = a[prefix..]
+        .iter()
+        .rev()
+        .zip(b[prefix..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let (mut lo, mut a_hi, mut b_hi) = (prefix, a.len() - suffix, b.len() - suffix);
+    loop {
+        let find: String = a[lo..a_hi].concat();
+        let unique = !find.is_empty() && before.matches(find.as_str()).count() == 1;
+        if unique {
+            return Some((find, b[lo..b_hi].concat()));
+        }
+        if lo > 0 {
+            lo -= 1;
+        } else if a_hi < a.len() {
+            a_hi += 1;
+            b_hi += 1;
+        } else {
+            return None;
+        }
+    }
+}
+
+/// Mutants per operator and program at most.
+pub const MAX_PER_OPERATOR: usize = 4;
+
+/// A defect made by one operator at one site, that the tests catch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mutant {
+    pub program: String,
+    pub operator: Operator,
+    /// The buggy source.
+    pub source: String,
+    /// The repair, as the gym's edit of the buggy source.
+    pub find: String,
+    pub replace: String,
+    /// Indices of the public tests the buggy source fails.
+    pub failing_public: Vec<usize>,
+}
+
+// ANCHOR: mutants
+/// The mutants of `program` that both test suites catch: the mutated source
+/// compiles, fails at least one public test (so `test` shows the defect) and
+/// at least one hidden test. Each operator gives at most
+/// [`MAX_PER_OPERATOR`] mutants per program, its sites tried in an order
+/// fixed by a hash (a program has dozens of variable reads, and each could be
+/// any other variable: without a cap one operator would be most of the
+/// set). Two mutations that give the same source count once.
+pub fn mutants(program: &Program) -> Vec<Mutant> {
+    let runner = Guarded::shared();
+    let key = |m: &Mutation| {
+        let text = format!("{} {} {}", program.name, m.start, m.replacement);
+        (m.operator, fnv1a(text.as_bytes(), FNV_START))
+    };
+    let mut all = mutations(&program.source);
+    all.sort_by_key(key);
+    let mut seen = HashSet::new();
+    let mut per_operator: HashMap<Operator, usize> = HashMap::new();
+    let mut out = Vec::new();
+    for mutation in all {
+        if per_operator.get(&mutation.operator) == Some(&MAX_PER_OPERATOR) {
+            continue;
+        }
+        let source = mutation.apply(&program.source);
+        if !seen.insert(source.clone()) || runner.compile(&source).is_err() {
+            continue;
+        }
+        let public = runner.run(&source, &program.public);
+        let failing_public: Vec<usize> = (0..public.len()).filter(|&i| !public[i].passed).collect();
+        if failing_public.is_empty() || all_pass(&runner.run(&source, &program.hidden)) {
+            continue;
+        }
+        let Some((find, replace)) = line_edit(&source, &program.source) else {
+            continue;
+        };
+        *per_operator.entry(mutation.operator).or_insert(0) += 1;
+        out.push(Mutant {
+            program: program.name.clone(),
+            operator: mutation.operator,
+            source,
+            find,
+            replace,
+            failing_public,
+        });
+    }
+    out
+}
+// ANCHOR_END: mutants
+
+// ---------------------------------------------------------------------------
+// Tasks
+// ---------------------------------------------------------------------------
+
+/// The shape of the task format: how many candidate edits the menu offers
+/// and how many turns an episode has.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Format {
+    pub candidates: usize,
+    pub max_turns: usize,
+}
+
+/// Ten candidates and twelve turns: a blind test-driven search (test, then
+/// edit, test and undo per candidate) tries at most three of the ten
+/// before it runs out, while an agent that reads the diffs and the failing
+/// test can edit, test and submit in three turns.
+pub const FORMAT: Format = Format {
+    candidates: 10,
+    max_turns: 12,
+};
+
+/// A value as Rhai prints it, strings quoted.
+fn shown(value: &rhai::Dynamic) -> String {
+    if value.is_string() {
+        format!("{:?}", value.to_string())
+    } else {
+        value.to_string()
+    }
+}
+
+// ANCHOR: task
+/// `mutant` of `program` as a task, drawn from `seed`. The issue is the
+/// program's sentence and one failing public test with what it returned;
+/// the menu is the repair and `format.candidates − 1` distractors: edits of
+/// the buggy source by the same operators at other lines, each leaving some
+/// test failing, so every candidate has the shape of some fix. Candidates are
+/// shuffled and shown as diffs under neutral labels, with `undo` on
+/// ([`neutral`]). `None` when the program offers too few distractors.
+pub fn task(program: &Program, mutant: &Mutant, format: &Format, seed: u64) -> Option<Task> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let runner = Guarded::shared();
+    let tests = program.tests();
+    // The repaired line(s) and their neighbourhood are left to the fix.
+    // Candidates by operator; the distractors take the operators in turn, in
+    // a shuffled order, so that no operator's shape is mostly distractors.
+    let mut by_operator: BTreeMap<Operator, Vec<(String, String)>> = BTreeMap::new();
+    for m in mutations(&mutant.source) {
+        let Some((find, replace)) = line_edit(&mutant.source, &m.apply(&mutant.source)) else {
+            continue;
+        };
+        let overlaps = find.contains(mutant.find.as_str()) || mutant.find.contains(find.as_str());
+        if !overlaps {
+            by_operator
+                .entry(m.operator)
+                .or_default()
+                .push((find, replace));
+        }
+    }
+    let mut queues: Vec<Vec<(String, String)>> = by_operator
+        .into_values()
+        .map(|mut edits| {
+            edits.sort();
+            edits.dedup();
+            edits.shuffle(&mut rng);
+            edits
+        })
+        .collect();
+    queues.shuffle(&mut rng);
+    let mut candidates = Vec::new();
+    while queues.iter().any(|q| !q.is_empty()) {
+        for queue in &mut queues {
+            candidates.extend(queue.pop());
+        }
+    }
+    let mut menu = vec![Edit {
+        name: "fix".into(),
+        kind: EditKind::Fix,
+        find: mutant.find.clone(),
+        replace: mutant.replace.clone(),
+    }];
+    for (find, replace) in candidates {
+        if menu.len() == format.candidates {
+            break;
+        }
+        if menu.iter().any(|e| e.find == find && e.replace == replace) {
+            continue;
+        }
+        let edited = mutant.source.replacen(find.as_str(), &replace, 1);
+        if runner.compile(&edited).is_err() || all_pass(&runner.run(&edited, &tests)) {
+            continue; // a distractor must compile and must not repair the program
+        }
+        menu.push(Edit {
+            name: String::new(),
+            kind: EditKind::Distractor,
+            find,
+            replace,
+        });
+    }
+    if menu.len() < format.candidates {
+        return None;
+    }
+    menu.shuffle(&mut rng);
+    let shown_test = &program.public[mutant.failing_public[0]];
+    let got = runner
+        .compile(&mutant.source)
+        .ok()
+        .and_then(|ast| runner.call(&ast, &shown_test.call).ok())
+        .map(|v| shown(&v))
+        .unwrap_or_else(|| "an error".into());
+    let expected = runner
+        .call(&AST::empty(), &shown_test.expected)
+        .map(|v| shown(&v))
+        .unwrap_or_else(|_| shown_test.expected.clone());
+    let plain = Task {
+        id: format!("mutant-{}-{}", program.name, mutant.operator.name()),
+        family: Family::Mutation,
+        issue: format!(
+            "{}, but {} returns {got} instead of {expected}.",
+            program.what, shown_test.call
+        ),
+        source: mutant.source.clone(),
+        fixed: program.source.clone(),
+        public_tests: program.public.clone(),
+        hidden_tests: program.hidden.clone(),
+        menu,
+        undo: true,
+    };
+    Some(neutral(&plain))
+}
+// ANCHOR_END: task
+
+// ---------------------------------------------------------------------------
+// Splits
+// ---------------------------------------------------------------------------
+
+/// The operators no training task uses: five kinds of defect an agent meets
+/// only at evaluation.
+pub const HELD_OUT_OPERATORS: [Operator; 5] = [
+    Operator::WrongInit,
+    Operator::AndOr,
+    Operator::WrongReturn,
+    Operator::MissingStatement,
+    Operator::IndexShift,
+];
+
+/// The operator left out of training to choose settings with (leave one
+/// operator out), never one of [`HELD_OUT_OPERATORS`].
+pub const VALIDATION_OPERATOR: Operator = Operator::MinMax;
+
+/// One program in six is held out, one in six validates.
+const PROGRAM_FOLDS: u64 = 6;
+
+/// Which fold a program is in: 0 held out, 1 validation, others training.
+fn program_fold(name: &str) -> u64 {
+    fnv1a(name.as_bytes(), FNV_START) % PROGRAM_FOLDS
+}
+
+/// The task sets of the mutation gym.
+#[derive(Clone, Debug, Default)]
+pub struct Split {
+    /// Training programs, training operators.
+    pub train: Vec<Task>,
+    /// Choosing settings: validation programs with training operators, and
+    /// [`VALIDATION_OPERATOR`] on training programs.
+    pub validation: Vec<Task>,
+    /// New mutants of training programs by training operators.
+    pub held_out_instances: Vec<Task>,
+    /// Held-out programs, training operators.
+    pub held_out_programs: Vec<Task>,
+    /// [`HELD_OUT_OPERATORS`] on every program.
+    pub held_out_operators: Vec<Task>,
+}
+
+// ANCHOR: split
+/// Every mutant of every program as a task (in `format`, drawn from `seed`),
+/// sorted into the splits: by program (a fold of the name's hash), by operator
+/// ([`HELD_OUT_OPERATORS`], [`VALIDATION_OPERATOR`]) and, within training
+/// programs and operators, by instance (one mutant in five held out).
+pub fn split(programs: &[Program], format: &Format, seed: u64) -> Split {
+    let mut out = Split::default();
+    for program in programs {
+        let fold = program_fold(&program.name);
+        for (i, mutant) in mutants(program).iter().enumerate() {
+            let task_seed = seed ^ fnv1a(mutant.source.as_bytes(), FNV_START);
+            let Some(mut task) = task(program, mutant, format, task_seed) else {
+                continue;
+            };
+            task.id = format!("{}-{i}", task.id);
+            let held_op = HELD_OUT_OPERATORS.contains(&mutant.operator);
+            let set = match (fold, held_op, mutant.operator == VALIDATION_OPERATOR) {
+                (_, true, _) => &mut out.held_out_operators,
+                (1, false, _) | (_, false, true) => &mut out.validation,
+                (0, false, false) => &mut out.held_out_programs,
+                _ if task_seed.is_multiple_of(5) => &mut out.held_out_instances,
+                _ => &mut out.train,
+            };
+            set.push(task);
+        }
+    }
+    out
+}
+// ANCHOR_END: split
+
+// ---------------------------------------------------------------------------
+// Baselines
+// ---------------------------------------------------------------------------
+
+/// Whether `edit` alone repairs `task` (public and hidden tests pass).
+pub fn repairs(task: &Task, edit: &Edit) -> bool {
+    let runner = Guarded::shared();
+    edit.apply(&task.source).is_some_and(|source| {
+        all_pass(&runner.run(&source, &task.public_tests))
+            && all_pass(&runner.run(&source, &task.hidden_tests))
+    })
+}
+
+/// What a candidate edit looks like with names and numbers blanked: the
+/// tokens it removes and the tokens it adds (`< -> <=`, `x -> x + 1`). Only
+/// what the agent can read; the lookup baseline keys on it.
+pub fn shape(edit: &Edit) -> String {
+    let words = |s: &str| -> Vec<String> {
+        lex(s)
+            .iter()
+            .map(|t| match t.kind {
+                Kind::Ident if !KEYWORDS.contains(&&s[t.start..t.end]) => "x".to_string(),
+                Kind::Int => "n".to_string(),
+                _ => s[t.start..t.end].to_string(),
+            })
+            .collect()
+    };
+    let (a, b) = (words(&edit.find), words(&edit.replace));
+    let prefix = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let suffix = a[prefix..]
+        .iter()
+        .rev()
+        .zip(b[prefix..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    format!(
+        "{} -> {}",
+        a[prefix..a.len() - suffix].join(" "),
+        b[prefix..b.len() - suffix].join(" ")
+    )
+}
+
+/// The best lookup rule from what a candidate looks like: each shape's rate
+/// of being the fix among the training tasks' candidates.
+#[derive(Clone, Debug, Default)]
+pub struct Lookup {
+    rates: HashMap<String, f64>,
+}
+
+impl Lookup {
+    pub fn fit(train: &[Task]) -> Lookup {
+        let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
+        for task in train {
+            for edit in &task.menu {
+                let entry = counts.entry(shape(edit)).or_default();
+                entry.0 += usize::from(edit.kind == EditKind::Fix);
+                entry.1 += 1;
+            }
+        }
+        Lookup {
+            rates: counts
+                .into_iter()
+                .map(|(k, (fix, all))| (k, fix as f64 / all as f64))
+                .collect(),
+        }
+    }
+
+    /// The chance that the rule's pick repairs `task`: it takes a candidate
+    /// of the highest rate, uniformly among ties (unseen shapes rate 0).
+    pub fn success(&self, task: &Task) -> f64 {
+        let rate = |e: &Edit| self.rates.get(&shape(e)).copied().unwrap_or(0.0);
+        let best = task.menu.iter().map(rate).fold(f64::NEG_INFINITY, f64::max);
+        let top: Vec<&Edit> = task.menu.iter().filter(|e| rate(e) == best).collect();
+        top.iter().filter(|e| repairs(task, e)).count() as f64 / top.len() as f64
+    }
+}
+
+/// Per-task success of the four baselines on a task set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Baselines {
+    /// One uniformly random candidate, then `submit`: exact.
+    pub chance: Vec<f64>,
+    /// The test-driven search over the candidates in a random order, within
+    /// the turn budget: the mean over `orders` random orders.
+    pub search: Vec<f64>,
+    /// The lookup rule's pick, then `submit`: exact over its ties.
+    pub lookup: Vec<f64>,
+    /// The repair, then `submit`.
+    pub oracle: Vec<f64>,
+}
+
+/// Edits the repair and submits.
+struct Repairer;
+
+impl Policy for Repairer {
+    fn act(&mut self, env: &BugFixEnv, _observation: &str, turn: usize) -> String {
+        if turn == 0 {
+            format!("<call> edit {} </call>", env.task().fix_op())
+        } else {
+            "<call> submit </call>".into()
+        }
+    }
+}
+
+// ANCHOR: baselines
+/// The baselines on `tasks` with the turn budget of `format`; the search
+/// plays `orders` random orders of each menu, drawn from `seed`.
+pub fn baselines(
+    tasks: &[Task],
+    lookup: &Lookup,
+    format: &Format,
+    orders: usize,
+    seed: u64,
+) -> Baselines {
+    let mut out = Baselines::default();
+    let mut rng = StdRng::seed_from_u64(seed);
+    for task in tasks {
+        let menu = task.menu.len() as f64;
+        out.chance
+            .push(task.menu.iter().filter(|e| repairs(task, e)).count() as f64 / menu);
+        out.lookup.push(lookup.success(task));
+        let mut env = BugFixEnv::new(vec![task.clone()], format.max_turns);
+        out.oracle
+            .push(run_episode(&mut env, 0, &mut Repairer, None).reward);
+        // The searcher tries the menu in its order: shuffle the menu.
+        let mut solved = 0.0;
+        for _ in 0..orders {
+            let mut shuffled = task.clone();
+            shuffled.menu.shuffle(&mut rng);
+            let mut env = BugFixEnv::new(vec![shuffled], format.max_turns);
+            solved += run_episode(&mut env, 0, &mut Searcher::new(), None).reward;
+        }
+        out.search.push(solved / orders as f64);
+    }
+    out
+}
+// ANCHOR_END: baselines
+
+/// Mutants per operator over `programs`: how the defects spread.
+pub fn operator_counts(programs: &[Program]) -> BTreeMap<Operator, usize> {
+    let mut counts = BTreeMap::new();
+    for program in programs {
+        for mutant in mutants(program) {
+            *counts.entry(mutant.operator).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SUM: &str = "fn total(xs, limit) {\n    let s = 0;\n    let i = 0;\n    while i < xs.len() {\n        if xs[i] <= limit && xs[i] > 0 {\n            s += xs[i];\n        }\n        i += 1;\n    }\n    return max(s, 0);\n}\n";
+
+    fn program() -> Program {
+        let t = |call: &str, expected: &str| Test::new(call, expected);
+        Program {
+            name: "total".into(),
+            function: "total".into(),
+            what: "total(xs, limit) should add the positive entries of xs that are at most limit"
+                .into(),
+            source: SUM.into(),
+            public: vec![
+                t("total([1, 2, 3], 2)", "3"),
+                t("total([5, -1, 4], 9)", "9"),
+            ],
+            hidden: vec![
+                t("total([], 3)", "0"),
+                t("total([2, 2, 7], 2)", "4"),
+                t("total([-3, 0, 1], 1)", "1"),
+                t("total([4, 1, 3], 3)", "4"),
+                t("total([9, 8], 7)", "0"),
+            ],
+        }
+    }
+
+    #[test]
+    fn the_programs_give_every_operator_mutants_and_every_split_tasks() {
+        let programs = programs();
+        assert!(programs.len() >= 40, "{} programs", programs.len());
+        let counts = operator_counts(&programs);
+        eprintln!("{counts:?}");
+        assert!(
+            counts.len() >= 20,
+            "operators with mutants: {}",
+            counts.len()
+        );
+        let split = split(&programs, &FORMAT, 12);
+        let sizes = [
+            split.train.len(),
+            split.validation.len(),
+            split.held_out_instances.len(),
+            split.held_out_programs.len(),
+            split.held_out_operators.len(),
+        ];
+        eprintln!("train, validation, instances, programs, operators: {sizes:?}");
+        for operator in HELD_OUT_OPERATORS {
+            let n = split
+                .held_out_operators
+                .iter()
+                .filter(|t| t.id.contains(&format!("-{}-", operator.name())))
+                .count();
+            assert!(n >= 30, "{operator:?}: {n} held-out tasks");
+        }
+        let lookup = Lookup::fit(&split.train);
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        for (name, set) in [
+            ("instances", &split.held_out_instances),
+            ("programs", &split.held_out_programs),
+            ("operators", &split.held_out_operators),
+        ] {
+            let b = baselines(&set[..set.len().min(40)], &lookup, &FORMAT, 2, 5);
+            eprintln!(
+                "{name}: chance {:.3} search {:.3} lookup {:.3} oracle {:.3}",
+                mean(&b.chance),
+                mean(&b.search),
+                mean(&b.lookup),
+                mean(&b.oracle)
+            );
+            assert_eq!(mean(&b.oracle), 1.0);
+        }
+    }
+
+    #[test]
+    fn the_lexer_keeps_every_token_and_its_place() {
+        let tokens = lex("let i = 0..=n; // c\nif a<=b && s != \"x<y\" { }");
+        let texts: Vec<&str> = tokens
+            .iter()
+            .map(|t| &"let i = 0..=n; // c\nif a<=b && s != \"x<y\" { }"[t.start..t.end])
+            .collect();
+        assert_eq!(
+            texts,
+            [
+                "let", "i", "=", "0", "..=", "n", ";", "if", "a", "<=", "b", "&&", "s", "!=",
+                "\"x<y\"", "{", "}"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_operator_finds_its_sites_and_only_them() {
+        let all = mutations(SUM);
+        let of = |op: Operator| all.iter().filter(|m| m.operator == op).count();
+        assert_eq!(of(Operator::LessToLessEqual), 1);
+        assert_eq!(of(Operator::LessEqualToLess), 1);
+        assert_eq!(of(Operator::GreaterToGreaterEqual), 1);
+        assert_eq!(of(Operator::FlipComparison), 3);
+        assert_eq!(of(Operator::WrongInit), 2, "let s = 0 and let i = 0");
+        assert_eq!(
+            of(Operator::ConstantUp),
+            3,
+            "0 in xs[i] > 0, 1 in i += 1, 0 in max"
+        );
+        assert_eq!(of(Operator::CompoundFlip), 2);
+        assert_eq!(of(Operator::AndOr), 1);
+        assert_eq!(of(Operator::MinMax), 1);
+        assert_eq!(of(Operator::SwapArgs), 1, "max(s, 0)");
+        assert_eq!(of(Operator::NegateCondition), 1);
+        assert_eq!(of(Operator::MissingStatement), 2, "s += xs[i]; and i += 1;");
+        assert_eq!(of(Operator::IndexShift), 6, "three xs[i], two shifts each");
+        // Variables of the function: xs, limit, s, i; a read of one becomes each other one.
+        assert!(of(Operator::WrongVariable) >= 3 * 8);
+        let negated = all
+            .iter()
+            .find(|m| m.operator == Operator::NegateCondition)
+            .unwrap();
+        assert!(negated
+            .apply(SUM)
+            .contains("if !(xs[i] <= limit && xs[i] > 0) {"));
+        let swapped = all
+            .iter()
+            .find(|m| m.operator == Operator::SwapArgs)
+            .unwrap();
+        assert!(swapped.apply(SUM).contains("return max(0, s);"));
+    }
+
+    #[test]
+    fn a_line_edit_is_unique_and_undoes_the_mutation() {
+        for m in mutations(SUM) {
+            let buggy = m.apply(SUM);
+            let Some((find, replace)) = line_edit(&buggy, SUM) else {
+                assert_eq!(buggy, SUM, "{m:?}");
+                continue;
+            };
+            assert_eq!(buggy.matches(find.as_str()).count(), 1, "{m:?}");
+            assert_eq!(buggy.replacen(find.as_str(), &replace, 1), SUM, "{m:?}");
+        }
+    }
+
+    #[test]
+    fn mutants_fail_public_and_hidden_tests_and_their_repair_passes() {
+        let program = program();
+        let found = mutants(&program);
+        assert!(found.len() >= 15, "{}", found.len());
+        let runner = Guarded::shared();
+        for mutant in &found {
+            assert!(!mutant.failing_public.is_empty());
+            assert!(!all_pass(&runner.run(&mutant.source, &program.hidden)));
+            let repaired = mutant.source.replacen(&mutant.find, &mutant.replace, 1);
+            assert_eq!(repaired, program.source);
+        }
+        // `max(s, 0)` and `max(0, s)` agree: that swap is no defect.
+        assert!(found.iter().all(|m| m.operator != Operator::SwapArgs));
+    }
+
+    #[test]
+    fn a_task_hides_the_fix_among_candidates_of_the_same_shapes() {
+        let program = program();
+        let found = mutants(&program);
+        let mut tasks = 0;
+        for (i, mutant) in found.iter().enumerate() {
+            let Some(task) = task(&program, mutant, &FORMAT, i as u64) else {
+                continue;
+            };
+            tasks += 1;
+            assert_eq!(task.menu.len(), FORMAT.candidates);
+            assert!(task.undo);
+            let fixes: Vec<&Edit> = task.menu.iter().filter(|e| repairs(&task, e)).collect();
+            assert_eq!(fixes.len(), 1, "{}", task.issue);
+            assert_eq!(fixes[0].kind, EditKind::Fix);
+            // Neutral labels 1..=10, the diffs in the issue, the failing test named.
+            let names: Vec<String> = (1..=FORMAT.candidates).map(|n| n.to_string()).collect();
+            assert_eq!(
+                task.menu.iter().map(|e| e.name.clone()).collect::<Vec<_>>(),
+                names
+            );
+            assert!(task.issue.contains("but total(") && task.issue.contains("op 10:"));
+        }
+        assert!(tasks >= 10, "{tasks}");
+    }
+
+    #[test]
+    fn the_baselines_bracket_what_an_agent_can_do() {
+        let program = program();
+        let tasks: Vec<Task> = mutants(&program)
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| task(&program, m, &FORMAT, i as u64))
+            .collect();
+        let lookup = Lookup::fit(&tasks);
+        let b = baselines(&tasks, &lookup, &FORMAT, 20, 1);
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        assert_eq!(mean(&b.oracle), 1.0);
+        assert!((mean(&b.chance) - 0.1).abs() < 1e-12, "one fix in ten");
+        // Test, then three turns per candidate: at most four of ten within 12 turns.
+        assert!(
+            mean(&b.search) > 0.15 && mean(&b.search) < 0.45,
+            "{}",
+            mean(&b.search)
+        );
+    }
+}
