@@ -735,26 +735,50 @@ fn shown(value: &rhai::Dynamic) -> String {
 }
 
 // ANCHOR: task
-/// `mutant` of `program` as a task, drawn from `seed`. The issue is the
-/// program's sentence and one failing public test with what it returned;
-/// the menu is the repair and `format.candidates − 1` distractors: edits of
-/// the buggy source by the same operators at other lines, each leaving some
-/// test failing, so every candidate has the shape of some fix. Candidates are
-/// shuffled and shown as diffs under neutral labels, with `undo` on
-/// ([`neutral`]). `None` when the program offers too few distractors.
+/// `mutant` of `program` as a task, drawn from `seed`: [`candidates_task`]
+/// with the mutant's source and repair.
 pub fn task(program: &Program, mutant: &Mutant, format: &Format, seed: u64) -> Option<Task> {
+    let id = format!("mutant-{}-{}", program.name, mutant.operator.name());
+    candidates_task(
+        program,
+        &mutant.source,
+        (&mutant.find, &mutant.replace),
+        &id,
+        format,
+        seed,
+    )
+}
+
+/// A buggy version `buggy` of `program` (whose source is the correct one),
+/// repaired by the edit `fix`, as a task drawn from `seed`. The issue is the
+/// program's sentence and the first public test the buggy source fails, with
+/// what it returned; the menu is the repair and `format.candidates − 1`
+/// distractors: edits of the buggy source by the operators at other lines,
+/// each leaving some test failing, so every candidate has the shape of some
+/// fix. Candidates are shuffled and shown as diffs under neutral labels, with
+/// `undo` on ([`neutral`]). `None` when the program offers too few
+/// distractors or no public test fails.
+pub fn candidates_task(
+    program: &Program,
+    buggy: &str,
+    fix: (&str, &str),
+    id: &str,
+    format: &Format,
+    seed: u64,
+) -> Option<Task> {
     let mut rng = StdRng::seed_from_u64(seed);
     let runner = Guarded::shared();
     let tests = program.tests();
-    // The repaired line(s) and their neighbourhood are left to the fix.
+    let (fix_find, fix_replace) = fix;
     // Candidates by operator; the distractors take the operators in turn, in
     // a shuffled order, so that no operator's shape is mostly distractors.
+    // The repaired line(s) are left to the fix.
     let mut by_operator: BTreeMap<Operator, Vec<(String, String)>> = BTreeMap::new();
-    for m in mutations(&mutant.source) {
-        let Some((find, replace)) = line_edit(&mutant.source, &m.apply(&mutant.source)) else {
+    for m in mutations(buggy) {
+        let Some((find, replace)) = line_edit(buggy, &m.apply(buggy)) else {
             continue;
         };
-        let overlaps = find.contains(mutant.find.as_str()) || mutant.find.contains(find.as_str());
+        let overlaps = find.contains(fix_find) || fix_find.contains(find.as_str());
         if !overlaps {
             by_operator
                 .entry(m.operator)
@@ -781,8 +805,8 @@ pub fn task(program: &Program, mutant: &Mutant, format: &Format, seed: u64) -> O
     let mut menu = vec![Edit {
         name: "fix".into(),
         kind: EditKind::Fix,
-        find: mutant.find.clone(),
-        replace: mutant.replace.clone(),
+        find: fix_find.to_string(),
+        replace: fix_replace.to_string(),
     }];
     for (find, replace) in candidates {
         if menu.len() == format.candidates {
@@ -791,7 +815,7 @@ pub fn task(program: &Program, mutant: &Mutant, format: &Format, seed: u64) -> O
         if menu.iter().any(|e| e.find == find && e.replace == replace) {
             continue;
         }
-        let edited = mutant.source.replacen(find.as_str(), &replace, 1);
+        let edited = buggy.replacen(find.as_str(), &replace, 1);
         if runner.compile(&edited).is_err() || all_pass(&runner.run(&edited, &tests)) {
             continue; // a distractor must compile and must not repair the program
         }
@@ -806,9 +830,10 @@ pub fn task(program: &Program, mutant: &Mutant, format: &Format, seed: u64) -> O
         return None;
     }
     menu.shuffle(&mut rng);
-    let shown_test = &program.public[mutant.failing_public[0]];
+    let public = runner.run(buggy, &program.public);
+    let shown_test = &program.public[(0..public.len()).find(|&i| !public[i].passed)?];
     let got = runner
-        .compile(&mutant.source)
+        .compile(buggy)
         .ok()
         .and_then(|ast| runner.call(&ast, &shown_test.call).ok())
         .map(|v| shown(&v))
@@ -818,20 +843,22 @@ pub fn task(program: &Program, mutant: &Mutant, format: &Format, seed: u64) -> O
         .map(|v| shown(&v))
         .unwrap_or_else(|_| shown_test.expected.clone());
     let plain = Task {
-        id: format!("mutant-{}-{}", program.name, mutant.operator.name()),
+        id: id.to_string(),
         family: Family::Mutation,
         issue: format!(
             "{}, but {} returns {got} instead of {expected}.",
             program.what, shown_test.call
         ),
-        source: mutant.source.clone(),
+        source: buggy.to_string(),
         fixed: program.source.clone(),
         public_tests: program.public.clone(),
         hidden_tests: program.hidden.clone(),
         menu,
         undo: true,
     };
-    Some(neutral(&plain))
+    let mut task = neutral(&plain);
+    task.id = id.to_string();
+    Some(task)
 }
 // ANCHOR_END: task
 
@@ -923,7 +950,7 @@ pub fn repairs(task: &Task, edit: &Edit) -> bool {
 /// What a candidate edit looks like with names and numbers blanked: the
 /// tokens it removes and the tokens it adds (`< -> <=`, `x -> x + 1`). Only
 /// what the agent can read; the lookup baseline keys on it.
-pub fn shape(edit: &Edit) -> String {
+pub fn diff_shape(edit: &Edit) -> String {
     let words = |s: &str| -> Vec<String> {
         lex(s)
             .iter()
@@ -961,7 +988,7 @@ impl Lookup {
         let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
         for task in train {
             for edit in &task.menu {
-                let entry = counts.entry(shape(edit)).or_default();
+                let entry = counts.entry(diff_shape(edit)).or_default();
                 entry.0 += usize::from(edit.kind == EditKind::Fix);
                 entry.1 += 1;
             }
@@ -977,7 +1004,7 @@ impl Lookup {
     /// The chance that the rule's pick repairs `task`: it takes a candidate
     /// of the highest rate, uniformly among ties (unseen shapes rate 0).
     pub fn success(&self, task: &Task) -> f64 {
-        let rate = |e: &Edit| self.rates.get(&shape(e)).copied().unwrap_or(0.0);
+        let rate = |e: &Edit| self.rates.get(&diff_shape(e)).copied().unwrap_or(0.0);
         let best = task.menu.iter().map(rate).fold(f64::NEG_INFINITY, f64::max);
         let top: Vec<&Edit> = task.menu.iter().filter(|e| rate(e) == best).collect();
         top.iter().filter(|e| repairs(task, e)).count() as f64 / top.len() as f64
@@ -1089,46 +1116,27 @@ mod tests {
         let programs = programs();
         assert!(programs.len() >= 40, "{} programs", programs.len());
         let counts = operator_counts(&programs);
-        eprintln!("{counts:?}");
-        assert!(
-            counts.len() >= 20,
-            "operators with mutants: {}",
-            counts.len()
-        );
-        let split = split(&programs, &FORMAT, 12);
-        let sizes = [
-            split.train.len(),
-            split.validation.len(),
-            split.held_out_instances.len(),
-            split.held_out_programs.len(),
-            split.held_out_operators.len(),
-        ];
-        eprintln!("train, validation, instances, programs, operators: {sizes:?}");
+        assert!(counts.len() >= 20, "operators with mutants: {counts:?}");
         for operator in HELD_OUT_OPERATORS {
-            let n = split
-                .held_out_operators
-                .iter()
-                .filter(|t| t.id.contains(&format!("-{}-", operator.name())))
-                .count();
-            assert!(n >= 30, "{operator:?}: {n} held-out tasks");
+            let n = counts.get(&operator).copied().unwrap_or(0);
+            assert!(n >= 30, "{operator:?}: {n} mutants");
         }
-        let lookup = Lookup::fit(&split.train);
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        // The splits and the baselines on a third of the programs (the chapter runs them all).
+        let some: Vec<Program> = programs.iter().step_by(3).cloned().collect();
+        let split = split(&some, &FORMAT, 12);
         for (name, set) in [
+            ("train", &split.train),
+            ("validation", &split.validation),
             ("instances", &split.held_out_instances),
             ("programs", &split.held_out_programs),
             ("operators", &split.held_out_operators),
         ] {
-            let b = baselines(&set[..set.len().min(40)], &lookup, &FORMAT, 2, 5);
-            eprintln!(
-                "{name}: chance {:.3} search {:.3} lookup {:.3} oracle {:.3}",
-                mean(&b.chance),
-                mean(&b.search),
-                mean(&b.lookup),
-                mean(&b.oracle)
-            );
-            assert_eq!(mean(&b.oracle), 1.0);
+            assert!(!set.is_empty(), "{name}: no tasks");
         }
+        let lookup = Lookup::fit(&split.train);
+        let b = baselines(&split.held_out_operators[..20], &lookup, &FORMAT, 2, 5);
+        assert!(b.oracle.iter().all(|&r| r == 1.0));
+        assert!(b.chance.iter().all(|&r| (r - 0.1).abs() < 1e-12));
     }
 
     #[test]

@@ -16,6 +16,7 @@
 
 use crate::book::{data_path, fnv1a, FNV_START};
 use crate::gym::{fails_some, Edit, EditKind, Family, Task, GENERIC_OPS};
+use crate::mutation;
 use crate::runner::{Guarded, Test, TestRunner};
 use crate::sandbox::shorten;
 use rand::rngs::StdRng;
@@ -488,6 +489,33 @@ pub fn tasks(seed: u64) -> Vec<Task> {
 }
 // ANCHOR_END: task
 
+// ANCHOR: candidates_task
+/// `program` in Chapter 12's format of candidate diffs
+/// ([`mutation::candidates_task`]): the same public and hidden tests as
+/// [`task`], the documented fix among distractors made by the mutation
+/// operators on the buggy source, under shuffled numbers, with `undo`.
+/// `None` when the program offers too few distractors.
+pub fn candidates_task(program: &Program, format: &mutation::Format, seed: u64) -> Option<Task> {
+    let plain = task(program, seed);
+    let correct = mutation::Program {
+        name: program.program.clone(),
+        function: program.function.clone(),
+        what: program.what.clone(),
+        source: program.fixed.clone(),
+        public: plain.public_tests.clone(),
+        hidden: plain.hidden_tests.clone(),
+    };
+    mutation::candidates_task(
+        &correct,
+        &program.buggy,
+        (&program.fix.find, &program.fix.replace),
+        &format!("quixbugs-{}-candidates", program.program),
+        format,
+        seed ^ fnv1a(program.program.as_bytes(), FNV_START),
+    )
+}
+// ANCHOR_END: candidates_task
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -497,6 +525,35 @@ mod tests {
     use std::sync::LazyLock;
 
     static PROGRAMS: LazyLock<Vec<Program>> = LazyLock::new(programs);
+
+    #[test]
+    fn quixbugs_in_the_candidate_format_keeps_its_fix_among_distractors() {
+        let mut built = 0;
+        for program in PROGRAMS.iter() {
+            let Some(task) = candidates_task(program, &mutation::FORMAT, 17) else {
+                continue;
+            };
+            built += 1;
+            assert_eq!(task.menu.len(), mutation::FORMAT.candidates);
+            assert!(task.undo && task.issue.contains("op 1:"));
+            let repairs: Vec<&Edit> = task
+                .menu
+                .iter()
+                .filter(|e| mutation::repairs(&task, e))
+                .collect();
+            assert!(
+                repairs.iter().any(|e| e.kind == EditKind::Fix),
+                "{}",
+                task.id
+            );
+            assert!(
+                task.menu.iter().filter(|e| e.kind == EditKind::Fix).count() == 1,
+                "{}",
+                task.id
+            );
+        }
+        assert!(built >= 35, "{built} of {} programs", PROGRAMS.len());
+    }
     static TASKS: LazyLock<Vec<Task>> = LazyLock::new(|| tasks(17));
 
     fn lines(source: &str, tests: &[Test]) -> String {
