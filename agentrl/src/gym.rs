@@ -37,7 +37,7 @@ pub enum Family {
     WrongInit,
     SwappedArgs,
     /// Chapter 12: a defect made by a mutation operator in a written program
-    /// ([`crate::mutation`]); no template, so not in [`Family::ALL`].
+    /// (the mutation module); no template, so not in [`Family::ALL`].
     Mutation,
 }
 
@@ -492,7 +492,7 @@ fn draft(family: Family, rng: &mut StdRng) -> Draft {
             }
         }
         Family::Mutation => {
-            panic!("the mutation family has no template: its tasks come from mutation::task")
+            panic!("the mutation family has no template: its tasks are made from written programs (Chapter 12)")
         }
     }
 }
