@@ -940,11 +940,41 @@ pub fn split(programs: &[Program], format: &Format, seed: u64) -> Split {
 
 /// Whether `edit` alone repairs `task` (public and hidden tests pass).
 pub fn repairs(task: &Task, edit: &Edit) -> bool {
-    let runner = Guarded::shared();
+    repairs_with(Guarded::shared(), task, edit)
+}
+
+fn repairs_with(runner: &dyn TestRunner, task: &Task, edit: &Edit) -> bool {
     edit.apply(&task.source).is_some_and(|source| {
         all_pass(&runner.run(&source, &task.public_tests))
             && all_pass(&runner.run(&source, &task.hidden_tests))
     })
+}
+
+/// The shared runner with every suite's result kept: a source and its tests
+/// always give the same lines, and the baselines play the same sources many
+/// times (every order of the search meets the buggy source and most edits).
+#[derive(Default)]
+struct Remembering {
+    seen: std::sync::Mutex<HashMap<(String, String), Vec<crate::sandbox::TestLine>>>,
+}
+
+impl TestRunner for Remembering {
+    fn run(&self, source: &str, tests: &[Test]) -> Vec<crate::sandbox::TestLine> {
+        let calls: String = tests
+            .iter()
+            .map(|t| format!("{}\n{}\n", t.call, t.expected))
+            .collect();
+        let key = (source.to_string(), calls);
+        if let Some(lines) = self.seen.lock().expect("the memo").get(&key) {
+            return lines.clone();
+        }
+        let lines = Guarded::shared().run(source, tests);
+        self.seen
+            .lock()
+            .expect("the memo")
+            .insert(key, lines.clone());
+        lines
+    }
 }
 
 /// What a candidate edit looks like with names and numbers blanked: the
@@ -1004,10 +1034,14 @@ impl Lookup {
     /// The chance that the rule's pick repairs `task`: it takes a candidate
     /// of the highest rate, uniformly among ties (unseen shapes rate 0).
     pub fn success(&self, task: &Task) -> f64 {
+        self.success_with(Guarded::shared(), task)
+    }
+
+    fn success_with(&self, runner: &dyn TestRunner, task: &Task) -> f64 {
         let rate = |e: &Edit| self.rates.get(&diff_shape(e)).copied().unwrap_or(0.0);
         let best = task.menu.iter().map(rate).fold(f64::NEG_INFINITY, f64::max);
         let top: Vec<&Edit> = task.menu.iter().filter(|e| rate(e) == best).collect();
-        top.iter().filter(|e| repairs(task, e)).count() as f64 / top.len() as f64
+        top.iter().filter(|e| repairs_with(runner, task, e)).count() as f64 / top.len() as f64
     }
 }
 
@@ -1051,20 +1085,26 @@ pub fn baselines(
     let mut out = Baselines::default();
     let mut rng = StdRng::seed_from_u64(seed);
     for task in tasks {
+        // One memory per task: its sources recur across the orders.
+        let runner = std::sync::Arc::new(Remembering::default());
         let menu = task.menu.len() as f64;
-        out.chance
-            .push(task.menu.iter().filter(|e| repairs(task, e)).count() as f64 / menu);
-        out.lookup.push(lookup.success(task));
-        let mut env = BugFixEnv::new(vec![task.clone()], format.max_turns);
+        let repairing = task
+            .menu
+            .iter()
+            .filter(|e| repairs_with(runner.as_ref(), task, e))
+            .count();
+        out.chance.push(repairing as f64 / menu);
+        out.lookup.push(lookup.success_with(runner.as_ref(), task));
+        let env =
+            |task: Task| BugFixEnv::new(vec![task], format.max_turns).with_runner(runner.clone());
         out.oracle
-            .push(run_episode(&mut env, 0, &mut Repairer, None).reward);
+            .push(run_episode(&mut env(task.clone()), 0, &mut Repairer, None).reward);
         // The searcher tries the menu in its order: shuffle the menu.
         let mut solved = 0.0;
         for _ in 0..orders {
             let mut shuffled = task.clone();
             shuffled.menu.shuffle(&mut rng);
-            let mut env = BugFixEnv::new(vec![shuffled], format.max_turns);
-            solved += run_episode(&mut env, 0, &mut Searcher::new(), None).reward;
+            solved += run_episode(&mut env(shuffled), 0, &mut Searcher::new(), None).reward;
         }
         out.search.push(solved / orders as f64);
     }
