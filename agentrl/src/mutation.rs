@@ -768,7 +768,6 @@ pub fn candidates_task(
 ) -> Option<Task> {
     let mut rng = StdRng::seed_from_u64(seed);
     let runner = Guarded::shared();
-    let tests = program.tests();
     let (fix_find, fix_replace) = fix;
     // Candidates by operator; the distractors take the operators in turn, in
     // a shuffled order, so that no operator's shape is mostly distractors.
@@ -816,8 +815,14 @@ pub fn candidates_task(
             continue;
         }
         let edited = buggy.replacen(find.as_str(), &replace, 1);
-        if runner.compile(&edited).is_err() || all_pass(&runner.run(&edited, &tests)) {
-            continue; // a distractor must compile and must not repair the program
+        // A distractor must compile and must not repair the program; most
+        // fail a public test, and then the hidden ones need not run.
+        let repairs = || {
+            all_pass(&runner.run(&edited, &program.public))
+                && all_pass(&runner.run(&edited, &program.hidden))
+        };
+        if runner.compile(&edited).is_err() || repairs() {
+            continue;
         }
         menu.push(Edit {
             name: String::new(),
