@@ -235,13 +235,21 @@ impl Algorithm for Injected {
         self.previous = self.current.replace(rollout.logprobs.shallow_clone());
         let advantages =
             self.advantages_with_bug(model, trajectories, rollout, rewards, group, report); // [N, T]
-                                                                                            // Monitor: a group-relative advantage averages to 0 over each group of the same task.
+
+        // Monitor: a group-relative advantage averages to 0 over each group of the same task.
         let per_episode = (&advantages * &rollout.mask).sum_dim_intlist(1, false, REAL)
             / rollout.mask.sum_dim_intlist(1, false, REAL).clamp_min(1.0); // [N]
         let per_episode = Vec::<f64>::try_from(per_episode).expect("one advantage per episode");
-        let worst = per_episode
-            .chunks(group)
-            .map(|g| (g.iter().sum::<f64>() / g.len() as f64).abs())
+        // Grouped by the task each episode was sampled for, not by position:
+        // a loop that lost track of where its groups start still knows its tasks.
+        let mut by_task: std::collections::BTreeMap<usize, (f64, usize)> = Default::default();
+        for (trajectory, advantage) in trajectories.iter().zip(&per_episode) {
+            let entry = by_task.entry(trajectory.task).or_default();
+            (entry.0, entry.1) = (entry.0 + advantage, entry.1 + 1);
+        }
+        let worst = by_task
+            .values()
+            .map(|(sum, count)| (sum / *count as f64).abs())
             .fold(0.0, f64::max);
         report.insert("group_advantage_mean".into(), (worst * 1e12).round() / 1e12); // 0 up to rounding is 0
 
@@ -937,14 +945,32 @@ mod tests {
         Vec::<f64>::try_from(a.select(1, 1)).unwrap() // position 1 is an action in every row
     }
 
+    /// Episodes of `tasks` (one per entry), with their rewards, for the monitor.
+    fn sampled_for(tasks: &[usize], rewards: &[f64]) -> Vec<Trajectory> {
+        tasks
+            .iter()
+            .zip(rewards)
+            .map(|(&task, &reward)| Trajectory {
+                task,
+                ids: Vec::new(),
+                owners: Vec::new(),
+                logprobs: Vec::new(),
+                reward,
+                info: Default::default(),
+            })
+            .collect()
+    }
+
     #[test]
     fn the_sign_bug_negates_and_the_group_bug_scores_against_the_wrong_group() {
         let (m, batch) = (model(), rollout(6, 6));
         let rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0];
+        // Two groups of three, sampled for tasks 7 and 2.
+        let episodes = sampled_for(&[7, 7, 7, 2, 2, 2], &rewards);
         let mut report = Report::new();
         let healthy = row_advantages(&Injected::new(None, grpo(), None).advantages(
             &m,
-            &[],
+            &episodes,
             &batch,
             &rewards,
             3,
@@ -954,7 +980,7 @@ mod tests {
         let flipped = row_advantages(
             &Injected::new(Some(Bug::AdvantageSignFlipped), grpo(), None).advantages(
                 &m,
-                &[],
+                &episodes,
                 &batch,
                 &rewards,
                 3,
@@ -974,7 +1000,7 @@ mod tests {
         let shifted = row_advantages(
             &Injected::new(Some(Bug::GroupShift), grpo(), None).advantages(
                 &m,
-                &[],
+                &episodes,
                 &batch,
                 &rewards,
                 3,
