@@ -116,15 +116,26 @@ pub fn paired_summary(a: &[f64], b: &[f64]) -> String {
     } else {
         // The seeds' spread: half = t(0.975, n − 1) · sd / √n.
         let sd = half * (n as f64).sqrt() / students_t(n - 1, 0.975);
-        format!(
-            "no detectable difference (this design detects about {:.3})",
-            minimum_detectable_effect(sd, n, 0.8)
-        )
+        let size = minimum_detectable_effect(sd, n, 0.8);
+        if half < 5e-4 {
+            format!("no detectable difference (this design detects about {size:.1e})")
+        } else {
+            format!("no detectable difference (this design detects about {size:.3})")
+        }
+    };
+    // Three decimals, unless the interval is too narrow to show in them.
+    let show = |x: f64| {
+        if half < 5e-4 {
+            format!("{x:+.1e}")
+        } else {
+            format!("{x:+.3}")
+        }
     };
     format!(
-        "{mean:+.3} (95% interval {:+.3} to {:+.3}, {} paired seeds): {verdict}",
-        mean - half,
-        mean + half,
+        "{} (95% interval {} to {}, {} paired seeds): {verdict}",
+        show(mean),
+        show(mean - half),
+        show(mean + half),
         a.len()
     )
 }
@@ -326,6 +337,11 @@ mod tests {
         assert_eq!(plus_minus(&[0.0, 0.0, 0.0]), "0.000 (all 3)");
         assert_eq!(plus_minus(&[0.5, 0.5001, 0.5]), "0.500 ± <0.001");
         assert_eq!(plus_minus(&[0.1, 0.2, 0.3]), "0.200 ± 0.248");
+        // An interval too narrow for three decimals is shown in powers of ten.
+        assert_eq!(
+            paired_summary(&[1.0, 1.0, 1.0], &[1.0 + 1e-6, 1.0 + 2e-6, 1.0 + 3e-6]),
+            "+2.0e-6 (95% interval -4.8e-7 to +4.5e-6, 3 paired seeds): no detectable difference (this design detects about 3.1e-6)"
+        );
         assert_eq!(
             paired_summary(&[0.5, 0.25, 0.0], &[0.25, 0.0, -0.25]),
             "-0.250 in each of 3 paired seeds: no spread, so no interval"
