@@ -62,6 +62,9 @@ pub struct RunLimits {
     pub max_call_depth: usize,
     pub max_string_len: usize,
     pub max_collection_len: usize,
+    /// Bytes all of a call's variables may hold together.
+    #[serde(default = "default_live_bytes")]
+    pub max_live_bytes: usize,
     /// Processor time per call (the calling thread's own, so a busy machine
     /// that pauses the thread does not use it up), checked every 64 operations.
     pub cpu_time_ms: u64,
@@ -81,6 +84,7 @@ impl Default for RunLimits {
             max_call_depth: script.max_call_depth,
             max_string_len: script.max_string_len,
             max_collection_len: script.max_collection_len,
+            max_live_bytes: script.max_live_bytes,
             cpu_time_ms: 100,
             max_output_bytes: 4_096,
             max_result_chars: 80,
@@ -89,6 +93,10 @@ impl Default for RunLimits {
     }
 }
 // ANCHOR_END: run_limits
+
+fn default_live_bytes() -> usize {
+    Limits::default().max_live_bytes
+}
 
 /// Distinct sources whose compiled form is kept; the least recently used goes first.
 pub const PROGRAM_CACHE_CAPACITY: usize = 1_024;
@@ -193,6 +201,7 @@ impl Guarded {
             max_call_depth: limits.max_call_depth,
             max_string_len: limits.max_string_len,
             max_collection_len: limits.max_collection_len,
+            max_live_bytes: limits.max_live_bytes,
         };
         // Chapter 1's engine; the callbacks below replace its silent print/debug.
         let mut engine = limited_engine(script_limits);
@@ -630,6 +639,7 @@ pub const HOSTILE_SOURCES: &[(&str, &str)] = &[
     ("deep recursion", "fn f(x){\n    f(x + 1)\n}\n"),
     ("huge string", "fn f(x){\n    let s = \"ab\";\n    loop { s += s; }\n}\n"),
     ("huge array", "fn f(x){\n    let a = [];\n    loop { a.push(x); }\n}\n"),
+    ("growing map", "fn f(x){\n    let m = #{};\n    for i in 0..20000 {\n        let s = \"x\";\n        s.pad(9000, \"y\");\n        m[`${i}`] = s + i;\n    }\n}\n"),
     ("type error", "fn f(x){\n    x + \"one\" - 1\n}\n"),
     ("syntax error", "fn f(x){\n    x +\n}\n"),
     ("huge output", "fn f(x){\n    let s = \"spam \";\n    for i in 0..8 { s += s; }\n    loop { print(s); }\n}\n"),
@@ -700,6 +710,11 @@ mod tests {
             text("huge array").contains("Size of array/BLOB too large"),
             "{}",
             text("huge array")
+        );
+        assert!(
+            text("growing map").contains("Data held by the script's variables too large"),
+            "{}",
+            text("growing map")
         );
         assert!(
             text("type error").contains("error: Function not found"),

@@ -53,6 +53,11 @@ pub struct Limits {
     /// Characters in any one string, elements in any one array or map.
     pub max_string_len: usize,
     pub max_collection_len: usize,
+    /// Bytes held by all the variables of a call together (strings, and
+    /// 16 bytes per element or entry), checked every
+    /// [`LIVE_DATA_CHECK_EVERY`] variable reads: many values, each within the
+    /// limits above, cannot add up to more.
+    pub max_live_bytes: usize,
 }
 
 impl Default for Limits {
@@ -62,6 +67,7 @@ impl Default for Limits {
             max_call_depth: 32,
             max_string_len: 10_000,
             max_collection_len: 1_000,
+            max_live_bytes: 1_000_000,
         }
     }
 }
@@ -89,7 +95,66 @@ pub fn limited_engine(limits: Limits) -> Engine {
     register_python_min_max(&mut engine);
     register_bounded_pad(&mut engine);
     forbid_sleep(&mut engine);
+    bound_live_data(&mut engine, limits.max_live_bytes);
     engine
+}
+
+/// How many variable reads pass between two checks of the live data.
+pub const LIVE_DATA_CHECK_EVERY: u32 = 32;
+
+thread_local! {
+    /// Variable reads since the last check of the live data, per thread, so
+    /// that one engine can serve several threads.
+    static READS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Bytes a value holds: its characters, 16 bytes per element or entry (the
+/// size of a `Dynamic`), and what the elements hold.
+pub fn live_bytes(value: &Dynamic) -> usize {
+    if let Some(s) = value.read_lock::<ImmutableString>() {
+        return s.len();
+    }
+    if let Some(array) = value.read_lock::<Array>() {
+        return array.iter().map(|v| 16 + live_bytes(v)).sum();
+    }
+    if let Some(map) = value.read_lock::<rhai::Map>() {
+        return map.iter().map(|(k, v)| 16 + k.len() + live_bytes(v)).sum();
+    }
+    if let Some(blob) = value.read_lock::<rhai::Blob>() {
+        return blob.len();
+    }
+    0
+}
+
+/// Rhai checks the size of a value when it is made or assigned, but not the
+/// container it is stored into by `m[key] = value`: a map can gain entry after
+/// entry, each within the limits, until the process holds hundreds of
+/// megabytes. Every call's variables live in one scope (a called function's
+/// arguments and locals are pushed on top of its caller's), so the sandbox
+/// sums the scope on every [`LIVE_DATA_CHECK_EVERY`]-th variable read and
+/// stops the script when it holds more than `max` bytes.
+#[allow(deprecated)] // `on_var` is marked volatile, not withdrawn
+fn bound_live_data(engine: &mut Engine, max: usize) {
+    engine.on_var(move |_name, _index, context| {
+        let reads = READS.get() + 1;
+        READS.set(reads % LIVE_DATA_CHECK_EVERY);
+        if reads < LIVE_DATA_CHECK_EVERY {
+            return Ok(None);
+        }
+        let held: usize = context
+            .scope()
+            .iter_raw()
+            .map(|(_, _, value)| live_bytes(value))
+            .sum();
+        if held > max {
+            return Err(EvalAltResult::ErrorDataTooLarge(
+                "Data held by the script's variables".into(),
+                rhai::Position::NONE,
+            )
+            .into());
+        }
+        Ok(None)
+    });
 }
 
 /// Rhai's standard library has `sleep(seconds)`, which blocks the calling
