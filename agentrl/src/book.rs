@@ -97,6 +97,19 @@ pub fn fnv1a(bytes: &[u8], hash: u64) -> u64 {
         .fold(hash, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
+/// A place where a test may kill the process: when `AGENTRL_KILL_AT` names
+/// `point`, the process sends itself SIGKILL, which it can neither catch nor
+/// clean up after, as a lost machine would stop it. The tests of resuming
+/// (Chapter 19) kill runs this way in the middle of a save.
+pub fn kill_point(point: &str) {
+    if std::env::var("AGENTRL_KILL_AT").is_ok_and(|at| at == point) {
+        // SAFETY: getpid and kill have no preconditions.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
 /// The hash [`fnv1a`] starts from.
 pub const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
 

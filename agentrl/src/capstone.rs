@@ -18,7 +18,7 @@ use crate::pg::{
     evaluation_episodes, side_by_side, train_resumable, Algorithm, Forward, Report as Extra,
     Resumable, TrainRecord,
 };
-use crate::pretrain::{base_dir, base_model, load_model, save_model, PretrainConfig};
+use crate::pretrain::{base_dir, base_model, load_model, save_model, saved_model, PretrainConfig};
 use crate::reward::{final_source, monitor};
 use crate::rollout::Played;
 use crate::stats::{mean_interval, plus_minus, wilson_interval, Streams};
@@ -443,7 +443,8 @@ pub fn evaluate(
 /// The capstone in `root/seed-S/`: every seed's warm start, then every seed's
 /// RL at once, then the evaluations, `threads` at a time. A run stopped part
 /// way (killed, or the machine restarted) picks up where it stopped: a warm
-/// start is kept once written, RL resumes from its newest saved state. `tick`
+/// start is kept once whole (its weights have the fingerprint its save wrote
+/// last), RL resumes from its newest saved state. `tick`
 /// hears of every finished stage (warm start and RL per seed, each evaluation).
 /// A finished run, whose `report.json` is there for the same configuration and
 /// task sets, is read back rather than run again: delete the folder to run anew.
@@ -468,7 +469,8 @@ pub fn run(
         config.seeds.clone(),
         config.threads,
         |seed| -> Result<(), String> {
-            if !warm_dir(seed).join("tinyagent.safetensors").exists() {
+            // A warm start counts once it is whole: its fingerprint matches.
+            if saved_model(&warm_dir(seed)).is_err() {
                 let (bpe, mut model) = load_model(&base_dir())?;
                 let transcripts = oracle_transcripts(
                     &split.train,

@@ -12,14 +12,16 @@
 //! observation. Counts by outcome, the slowest input and the process's resident
 //! memory go into one [`TargetReport`] per target.
 //!
-//! Inputs are drawn from generators seeded by (seed, target, thread), so a
-//! finding can be replayed: [`examples`] draws the same inputs again.
+//! Every input draws from its own stream, seeded by (seed, target, index)
+//! ([`input_seed`]), and an episode of the environment from the stream of the
+//! step that started it, so a finding names its seed and is made again alone
+//! by [`replay`], whichever thread found it, and cut down by [`shrink`].
 
 use crate::episode::parse_call;
 use crate::gym::{BugFixEnv, Gym, Step, Task};
 use crate::horizon::{family_split, multi_bug_tasks};
 use crate::runner::{abandoned_suites, Guarded, ProcessRunner, Test, TestRunner, HOSTILE_SOURCES};
-use crate::sandbox::{unsafe_char, TestLine};
+use crate::sandbox::{all_pass, unsafe_char, TestLine};
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
@@ -729,13 +731,23 @@ pub const MAX_OBSERVATION_BYTES: usize = 64 * 1024;
 // The fuzzer
 // ---------------------------------------------------------------------------
 
-/// One property that did not hold, with the input that broke it.
+/// One property that did not hold (or, when recording, one input with the
+/// recorded outcome), with what makes it again.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Finding {
     pub target: Target,
     pub problem: String,
-    /// The input, cut to 2 000 characters (a source and its tests, or a message).
+    /// The input whole: a message, a source and its tests, or an episode's
+    /// steps up to the one that broke the property, one per line.
     pub input: String,
+    /// The stream the input (or its episode) was drawn from: [`replay`].
+    pub seed: u64,
+    /// Steps of the episode up to and including the finding (1 for the
+    /// other targets).
+    pub steps: usize,
+    /// The smallest input found that still shows the finding ([`shrink`]),
+    /// when shrinking ran.
+    pub shrunk: Option<String>,
 }
 
 /// What fuzzing one target found.
@@ -775,7 +787,10 @@ impl TargetReport {
     pub fn clean(&self, max_growth_mb: f64) -> bool {
         self.panics == 0
             && self.over_limit == 0
-            && self.findings.is_empty()
+            && self
+                .findings
+                .iter()
+                .all(|f| f.problem.starts_with("recorded outcome"))
             && self.abandoned == 0
             && self.rss_end_mb - self.rss_warm_mb <= max_growth_mb
     }
@@ -827,10 +842,6 @@ pub fn counting_panics<T>(body: impl FnOnce() -> T) -> (T, u64) {
     let out = body();
     FUZZING.set(was);
     (out, THREAD_PANICS.get() - before)
-}
-
-fn cut(text: &str) -> String {
-    text.chars().take(2_000).collect()
 }
 
 /// Where the tasks for the environment and the sources come from.
@@ -885,6 +896,9 @@ pub struct FuzzConfig {
     pub threads: usize,
     /// The child-process runner's executable.
     pub child: PathBuf,
+    /// Also keep (as findings) the inputs with this outcome, for example
+    /// `"unknown op"`: to see what reaches an outcome, and to test replay.
+    pub record: Option<String>,
 }
 
 /// What one input of a target did: its outcome, or the property it broke.
@@ -917,6 +931,104 @@ fn runner_outcome(lines: &[TestLine]) -> String {
     kind.to_string()
 }
 
+/// What the call parser must do with `message`: parse it into words that
+/// parse back, or find no call.
+fn check_message(message: &str) -> Outcome {
+    match parse_call(message) {
+        None => Ok("no call".to_string()),
+        Some(call) => {
+            let word = |w: &str| {
+                !w.is_empty()
+                    && !w
+                        .chars()
+                        .any(|c| c.is_whitespace() || c.is_control() || "<>/".contains(c))
+            };
+            if !word(&call.tool) || call.arg.as_deref().is_some_and(|a| !word(a)) {
+                Err(format!(
+                    "parsed into a tool or argument that is not a word: {call:?}"
+                ))
+            } else if parse_call(&format!(
+                "<call> {} {} </call>",
+                call.tool,
+                call.arg.clone().unwrap_or_default()
+            )) != Some(call.clone())
+            {
+                Err(format!("a call that does not parse back: {call:?}"))
+            } else {
+                Ok(if call.arg.is_some() {
+                    "call with argument"
+                } else {
+                    "call"
+                }
+                .to_string())
+            }
+        }
+    }
+}
+
+/// A runner's input as the findings show it: the source, then its tests.
+fn program_text(source: &str, tests: &[Test]) -> String {
+    format!(
+        "{source}\n// tests: {:?}",
+        tests
+            .iter()
+            .map(|t| (&t.call, &t.expected))
+            .collect::<Vec<_>>()
+    )
+}
+
+/// What a runner must do with `source` and `tests`: lines of the promised
+/// shape, no panic inside, and, for the child-process runner, the same
+/// verdicts as the in-process runner (the two are built to agree; a line that
+/// hit the processor-time limit in either is not compared, since that limit
+/// depends on the machine's load).
+pub fn check_runner(
+    target: Target,
+    source: &str,
+    tests: &[Test],
+    child: &ProcessRunner,
+) -> Outcome {
+    let (lines, max_result) = if target == Target::Guarded {
+        (
+            Guarded::shared().run(source, tests),
+            Guarded::shared().limits().max_result_chars,
+        )
+    } else {
+        (child.run(source, tests), child.limits.max_result_chars)
+    };
+    if let Some(problem) = check_lines(&lines, tests, max_result) {
+        return Err(problem);
+    }
+    if lines
+        .iter()
+        .any(|l| l.text.contains("the sandbox panicked"))
+    {
+        return Err("the runner's sandbox panicked".to_string());
+    }
+    if target == Target::ProcessRunner && !lines[0].text.starts_with("FAIL runner error") {
+        let inside = Guarded::shared().run(source, tests);
+        let timed = |l: &TestLine| l.text.contains("time limit");
+        if inside.len() != lines.len() {
+            return Err(format!(
+                "the runners disagree: {} lines in the child, {} in process",
+                lines.len(),
+                inside.len()
+            ));
+        }
+        if let Some((a, b)) = lines
+            .iter()
+            .zip(&inside)
+            .find(|(a, b)| a.passed != b.passed && !timed(a) && !timed(b))
+        {
+            return Err(format!(
+                "the runners disagree: child `{}`, in process `{}`",
+                a.text, b.text
+            ));
+        }
+    }
+    Ok(runner_outcome(&lines))
+}
+
 /// One input of `target` from `rng`, run and checked: (the input, its outcome).
 fn one_input(
     target: Target,
@@ -927,67 +1039,14 @@ fn one_input(
     match target {
         Target::CallParser => {
             let message = action(rng, &["swap_minmax", "op_1", "x"]);
-            let outcome = match parse_call(&message) {
-                None => Ok("no call".to_string()),
-                Some(call) => {
-                    let word = |w: &str| {
-                        !w.is_empty()
-                            && !w
-                                .chars()
-                                .any(|c| c.is_whitespace() || c.is_control() || "<>/".contains(c))
-                    };
-                    if !word(&call.tool) || call.arg.as_deref().is_some_and(|a| !word(a)) {
-                        Err(format!(
-                            "parsed into a tool or argument that is not a word: {call:?}"
-                        ))
-                    } else if parse_call(&format!(
-                        "<call> {} {} </call>",
-                        call.tool,
-                        call.arg.clone().unwrap_or_default()
-                    )) != Some(call.clone())
-                    {
-                        Err(format!("a call that does not parse back: {call:?}"))
-                    } else {
-                        Ok(if call.arg.is_some() {
-                            "call with argument"
-                        } else {
-                            "call"
-                        }
-                        .to_string())
-                    }
-                }
-            };
+            let outcome = check_message(&message);
             (message, outcome)
         }
-        Target::EnvStep => unreachable!("episodes are fuzzed by `episode_inputs`"),
+        Target::EnvStep => unreachable!("episodes are fuzzed by `env_input`"),
         Target::Guarded | Target::ProcessRunner => {
             let (source, tests) = program(rng, &pools.sources);
-            let input = format!(
-                "{source}\n// tests: {:?}",
-                tests
-                    .iter()
-                    .map(|t| (&t.call, &t.expected))
-                    .collect::<Vec<_>>()
-            );
-            let (lines, max_result) = if target == Target::Guarded {
-                (
-                    Guarded::shared().run(&source, &tests),
-                    Guarded::shared().limits().max_result_chars,
-                )
-            } else {
-                (child.run(&source, &tests), child.limits.max_result_chars)
-            };
-            let outcome = match check_lines(&lines, &tests, max_result) {
-                Some(problem) => Err(problem),
-                None if lines
-                    .iter()
-                    .any(|l| l.text.contains("the sandbox panicked")) =>
-                {
-                    Err("the runner's sandbox panicked".to_string())
-                }
-                None => Ok(runner_outcome(&lines)),
-            };
-            (input, outcome)
+            let outcome = check_runner(target, &source, &tests, child);
+            (program_text(&source, &tests), outcome)
         }
     }
 }
@@ -1058,50 +1117,288 @@ pub fn check_step(step: &Step, task: &Task, turn: usize, max_turns: usize) -> Op
 }
 // ANCHOR_END: step_properties
 
-/// One step of an episode in `env` (reset when the last one ended), checked.
-fn env_input(
-    rng: &mut StdRng,
+/// An episode in progress on one of a thread's environments.
+pub struct Episode {
+    set: usize,
+    task: usize,
+    /// The stream it was drawn from.
+    seed: u64,
+    rng: StdRng,
+    /// Its steps so far, one line each.
+    steps: Vec<String>,
+}
+
+/// One environment per task set, each with a budget of 8 turns until an
+/// episode draws its own.
+fn fresh_envs(pools: &Pools) -> Vec<BugFixEnv> {
+    pools
+        .task_sets
+        .iter()
+        .map(|set| BugFixEnv::new(set.clone(), 8))
+        .collect()
+}
+
+/// Start an episode drawn from `seed`: a task set, a task and a turn budget.
+fn start_episode(seed: u64, pools: &Pools, envs: &mut [BugFixEnv]) -> Episode {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let set = rng.random_range(0..envs.len());
+    let task = rng.random_range(0..pools.task_sets[set].len());
+    envs[set].max_turns = rng.random_range(1..13);
+    envs[set].reset(task);
+    Episode {
+        set,
+        task,
+        seed,
+        rng,
+        steps: Vec::new(),
+    }
+}
+
+/// Episodes whose hidden-test verdict at the end is checked against a run of
+/// the hidden tests without the environment's caches: one in this many.
+pub const UNCACHED_CHECK_EVERY: u64 = 8;
+
+/// Play `message` in `episode` and check the step: its outcome, and whether
+/// the episode ended.
+fn play_step(
+    message: &str,
     pools: &Pools,
     envs: &mut [BugFixEnv],
-    state: &mut Option<(usize, usize)>,
-) -> (String, Outcome) {
-    let (set, task) = match *state {
-        Some(current) => current,
-        None => {
-            let set = rng.random_range(0..envs.len());
-            let task = rng.random_range(0..pools.task_sets[set].len());
-            envs[set].max_turns = rng.random_range(1..13);
-            envs[set].reset(task);
-            *state = Some((set, task));
-            (set, task)
-        }
-    };
-    let spec = &pools.task_sets[set][task];
-    let ops: Vec<&str> = spec.menu.iter().map(|e| e.name.as_str()).collect();
-    let message = action(rng, &ops);
-    let turn = envs[set].turn();
-    let step = envs[set].step(&message);
-    let input = format!("task {} turn {turn}: {message}", spec.id);
-    let problem = check_step(&step, spec, envs[set].turn(), envs[set].max_turns);
-    let outcome = match problem {
-        Some(problem) => Err(problem),
-        None => Ok(step_outcome(&step.observation, step.done)),
-    };
+    episode: &mut Episode,
+) -> (Outcome, bool) {
+    let spec = &pools.task_sets[episode.set][episode.task];
+    let env = &mut envs[episode.set];
+    let turn = env.turn();
+    let step = env.step(message);
+    episode
+        .steps
+        .push(format!("task {} turn {turn}: {message}", spec.id));
+    if let Some(problem) = check_step(&step, spec, env.turn(), env.max_turns) {
+        return (Err(problem), step.done);
+    }
     if step.done {
+        // The cached verdict against the hidden tests run again, uncached.
+        if episode.seed.is_multiple_of(UNCACHED_CHECK_EVERY) {
+            let lines = Guarded::shared().run(env.source(), &spec.hidden_tests);
+            let timed = lines.iter().any(|l| l.text.contains("time limit"));
+            if !timed && all_pass(&lines) != step.info.hidden_pass {
+                return (
+                    Err(format!(
+                        "the cached hidden verdict ({}) differs from an uncached run ({})",
+                        step.info.hidden_pass,
+                        all_pass(&lines)
+                    )),
+                    true,
+                );
+            }
+        }
         // A step after the end must say so and change nothing.
-        let after = envs[set].step("<call> submit </call>");
-        *state = None;
+        let after = env.step("<call> submit </call>");
         if !after.done
             || after.reward != 0.0
             || !after.observation.starts_with("ERROR: the episode is over")
         {
             return (
-                input,
                 Err("a step after the end of an episode was not refused".to_string()),
+                true,
             );
         }
     }
-    (input, outcome)
+    (Ok(step_outcome(&step.observation, step.done)), step.done)
+}
+
+/// One step of the episode in progress, or of a new one drawn from `seed`,
+/// checked: (the episode's steps so far, one per line; the step's outcome;
+/// the episode's seed; its steps so far).
+fn env_input(
+    seed: u64,
+    pools: &Pools,
+    envs: &mut [BugFixEnv],
+    state: &mut Option<Episode>,
+) -> (String, Outcome, u64, usize) {
+    let episode = state.get_or_insert_with(|| start_episode(seed, pools, envs));
+    let spec = &pools.task_sets[episode.set][episode.task];
+    let ops: Vec<&str> = spec.menu.iter().map(|e| e.name.as_str()).collect();
+    let message = action(&mut episode.rng, &ops);
+    let (outcome, done) = play_step(&message, pools, envs, episode);
+    let found = (
+        episode.steps.join("\n"),
+        outcome,
+        episode.seed,
+        episode.steps.len(),
+    );
+    if done {
+        *state = None;
+    }
+    found
+}
+
+/// The stream of input `index` of `target` in a session seeded `seed`
+/// (SplitMix64's finaliser over the three).
+pub fn input_seed(seed: u64, target: Target, index: u64) -> u64 {
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    mix(seed ^ mix(((target as u64) << 56) ^ index.wrapping_add(0x9e37_79b9_7f4a_7c15)))
+}
+
+/// A finding's input made again from its seed alone: the input and its
+/// outcome, as the fuzzer saw them (for the environment, the episode from its
+/// reset to the finding's step).
+pub fn replay(
+    target: Target,
+    seed: u64,
+    steps: usize,
+    pools: &Pools,
+    child: &ProcessRunner,
+) -> (String, Outcome) {
+    match target {
+        Target::EnvStep => {
+            let mut envs = fresh_envs(pools);
+            let mut state = None;
+            let mut last = (String::new(), Ok(String::new()));
+            for _ in 0..steps.max(1) {
+                let (input, outcome, ..) = env_input(seed, pools, &mut envs, &mut state);
+                last = (input, outcome);
+            }
+            last
+        }
+        _ => one_input(target, &mut StdRng::seed_from_u64(seed), pools, child),
+    }
+}
+
+/// Findings per target that [`fuzz`] shrinks.
+pub const SHRUNK_FINDINGS: usize = 5;
+
+/// Most candidate inputs one shrink tries.
+pub const SHRINK_TRIES: usize = 2_000;
+
+/// `items` with as many removed as possible, chunk by chunk from halves down
+/// to single items, while `keeps` holds (delta debugging, greedy); at most
+/// `*budget` tries.
+fn shrink_list<T: Clone>(
+    items: Vec<T>,
+    budget: &mut usize,
+    keeps: &mut dyn FnMut(&[T]) -> bool,
+) -> Vec<T> {
+    let mut items = items;
+    let mut chunk = items.len().div_ceil(2).max(1);
+    loop {
+        let mut start = 0;
+        while start < items.len() && *budget > 0 {
+            let end = (start + chunk).min(items.len());
+            let candidate: Vec<T> = items[..start]
+                .iter()
+                .chain(&items[end..])
+                .cloned()
+                .collect();
+            *budget -= 1;
+            if keeps(&candidate) {
+                items = candidate;
+            } else {
+                start = end;
+            }
+        }
+        if chunk == 1 || *budget == 0 {
+            return items;
+        }
+        chunk = chunk.div_ceil(2);
+    }
+}
+
+/// A string cut down character by character (as [`shrink_list`]).
+fn shrink_text(text: &str, budget: &mut usize, keeps: &mut dyn FnMut(&str) -> bool) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    shrink_list(chars, budget, &mut |c: &[char]| {
+        keeps(&c.iter().collect::<String>())
+    })
+    .into_iter()
+    .collect()
+}
+
+/// The smallest input found that still shows what `finding` shows (a broken
+/// property, or the recorded outcome `recorded`): for the call parser, the
+/// message; for the runners, the tests and then the source's lines and
+/// characters; for the environment, the episode's earlier messages and then
+/// the characters of each. `None` for a finding about time, which a replay on
+/// another machine need not show.
+pub fn shrink(
+    finding: &Finding,
+    recorded: Option<&str>,
+    pools: &Pools,
+    child: &ProcessRunner,
+) -> Option<String> {
+    if finding.problem.starts_with("took ") {
+        return None;
+    }
+    let shows = |outcome: &Outcome| match (outcome, recorded) {
+        (Err(_), None) => true,
+        (Ok(kind), Some(want)) => kind == want,
+        _ => false,
+    };
+    let mut budget = SHRINK_TRIES;
+    match finding.target {
+        Target::CallParser => {
+            let (message, _) = replay(Target::CallParser, finding.seed, 1, pools, child);
+            Some(shrink_text(&message, &mut budget, &mut |m| {
+                shows(&check_message(m))
+            }))
+        }
+        Target::Guarded | Target::ProcessRunner => {
+            let target = finding.target;
+            let (source, tests) = program(&mut StdRng::seed_from_u64(finding.seed), &pools.sources);
+            let tests = shrink_list(tests, &mut budget, &mut |t| {
+                !t.is_empty() && shows(&check_runner(target, &source, t, child))
+            });
+            let lines: Vec<&str> = source.lines().collect();
+            let lines = shrink_list(lines, &mut budget, &mut |l| {
+                shows(&check_runner(target, &l.join("\n"), &tests, child))
+            });
+            let source = shrink_text(&lines.join("\n"), &mut budget, &mut |s| {
+                shows(&check_runner(target, s, &tests, child))
+            });
+            Some(program_text(&source, &tests))
+        }
+        Target::EnvStep => {
+            // The episode's messages, made again from its seed.
+            let mut envs = fresh_envs(pools);
+            let mut episode = start_episode(finding.seed, pools, &mut envs);
+            let spec = &pools.task_sets[episode.set][episode.task];
+            let ops: Vec<&str> = spec.menu.iter().map(|e| e.name.as_str()).collect();
+            let messages: Vec<String> = (0..finding.steps)
+                .map(|_| action(&mut episode.rng, &ops))
+                .collect();
+            // Play `messages` from a fresh reset; what the last step shows.
+            let mut play = |messages: &[String]| -> Option<(String, Outcome)> {
+                let mut envs = fresh_envs(pools);
+                let mut episode = start_episode(finding.seed, pools, &mut envs);
+                let mut last = None;
+                for (i, message) in messages.iter().enumerate() {
+                    let (outcome, done) = play_step(message, pools, &mut envs, &mut episode);
+                    if done && i + 1 < messages.len() {
+                        return None;
+                    }
+                    last = Some((episode.steps.join("\n"), outcome));
+                }
+                last
+            };
+            let keeps =
+                |m: &[String], play: &mut dyn FnMut(&[String]) -> Option<(String, Outcome)>| {
+                    !m.is_empty() && play(m).is_some_and(|(_, outcome)| shows(&outcome))
+                };
+            let mut messages = shrink_list(messages, &mut budget, &mut |m| keeps(m, &mut play));
+            for i in 0..messages.len() {
+                let mut others = messages.clone();
+                messages[i] = shrink_text(&messages[i].clone(), &mut budget, &mut |text| {
+                    others[i] = text.to_string();
+                    keeps(&others, &mut play)
+                });
+            }
+            play(&messages).map(|(steps, _)| steps)
+        }
+    }
 }
 
 /// The wall-clock bound of one input of `target`: the runner's own hard limit, plus a second.
@@ -1153,73 +1450,79 @@ pub fn fuzz(
         0u64,
     );
     std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..config.threads as u64)
+        let threads = config.threads as u64;
+        let workers: Vec<_> = (0..threads)
             .map(|thread| {
-                let share = inputs / config.threads as u64
-                    + u64::from(thread < inputs % config.threads as u64);
+                // Thread t plays the inputs offset..offset + share, each from its own stream.
+                let share = inputs / threads + u64::from(thread < inputs % threads);
+                let offset = thread * (inputs / threads) + thread.min(inputs % threads);
                 let (done, warm, child) = (&done, &warm, &child);
                 scope.spawn(move || {
                     counting_panics(|| {
-                        let mut rng = StdRng::seed_from_u64(
-                            config.seed ^ ((target as u64) << 32) ^ (thread << 48),
-                        );
-                        let mut envs: Vec<BugFixEnv> = pools
-                            .task_sets
-                            .iter()
-                            .map(|set| BugFixEnv::new(set.clone(), 8))
-                            .collect();
-                        let mut episode = None;
+                        let mut envs = fresh_envs(pools);
+                        let mut episode: Option<Episode> = None;
                         let (mut outcomes, mut findings, mut over, mut slowest) =
                             (BTreeMap::new(), Vec::new(), 0u64, 0.0f64);
                         for i in 0..share {
+                            let seed = input_seed(config.seed, target, offset + i);
                             let began = Instant::now();
                             let result = catch_unwind(AssertUnwindSafe(|| match target {
-                                Target::EnvStep => {
-                                    env_input(&mut rng, pools, &mut envs, &mut episode)
+                                Target::EnvStep => env_input(seed, pools, &mut envs, &mut episode),
+                                _ => {
+                                    let mut rng = StdRng::seed_from_u64(seed);
+                                    let (input, outcome) =
+                                        one_input(target, &mut rng, pools, child);
+                                    (input, outcome, seed, 1)
                                 }
-                                _ => one_input(target, &mut rng, pools, child),
                             }));
                             let took = began.elapsed();
                             slowest = slowest.max(took.as_secs_f64() * 1e3);
-                            let (input, outcome) = match result {
-                                Ok(pair) => pair,
+                            let (input, outcome, seed, steps) = match result {
+                                Ok(found) => found,
                                 Err(_) => {
-                                    // The environment may be mid-episode in an unknown state: start afresh.
-                                    envs = pools
-                                        .task_sets
-                                        .iter()
-                                        .map(|set| BugFixEnv::new(set.clone(), 8))
-                                        .collect();
-                                    episode = None;
+                                    // The environment may be mid-episode in an unknown state: start
+                                    // afresh. The input is made again by `replay` from its seed.
+                                    let (seed, steps) = match episode.take() {
+                                        Some(e) => (e.seed, e.steps.len() + 1),
+                                        None => (seed, 1),
+                                    };
+                                    envs = fresh_envs(pools);
                                     (
-                                        String::from("(lost in a panic)"),
+                                        String::from("(lost in a panic: replay its seed)"),
                                         Err("a panic escaped".to_string()),
+                                        seed,
+                                        steps,
                                     )
                                 }
                             };
+                            let finding = |problem: String| Finding {
+                                target,
+                                problem,
+                                input: input.clone(),
+                                seed,
+                                steps,
+                                shrunk: None,
+                            };
                             if took > limit {
                                 over += 1;
-                                findings.push(Finding {
-                                    target,
-                                    problem: format!(
-                                        "took {:.0} ms, over the bound of {} ms",
-                                        took.as_secs_f64() * 1e3,
-                                        limit.as_millis()
-                                    ),
-                                    input: cut(&input),
-                                });
+                                findings.push(finding(format!(
+                                    "took {:.0} ms, over the bound of {} ms",
+                                    took.as_secs_f64() * 1e3,
+                                    limit.as_millis()
+                                )));
                             }
-                            match outcome {
-                                Ok(kind) => *outcomes.entry(kind).or_insert(0) += 1,
+                            match &outcome {
+                                Ok(kind) => {
+                                    if config.record.as_ref() == Some(kind) && findings.len() < 50 {
+                                        findings.push(finding(format!("recorded outcome: {kind}")));
+                                    }
+                                    *outcomes.entry(kind.clone()).or_insert(0) += 1
+                                }
                                 Err(problem) => {
                                     *outcomes.entry("property broken".to_string()).or_insert(0) +=
                                         1;
                                     if findings.len() < 50 {
-                                        findings.push(Finding {
-                                            target,
-                                            problem,
-                                            input: cut(&input),
-                                        });
+                                        findings.push(finding(problem.clone()));
                                     }
                                 }
                             }
@@ -1252,6 +1555,10 @@ pub fn fuzz(
             );
         }
     });
+    // The first findings cut down to what still shows them.
+    for finding in findings.iter_mut().take(SHRUNK_FINDINGS) {
+        finding.shrunk = shrink(finding, config.record.as_deref(), pools, &child);
+    }
     let rss_end_mb = resident_mb();
     TargetReport {
         target,
@@ -1273,7 +1580,8 @@ pub fn fuzz(
 }
 // ANCHOR_END: fuzz
 
-/// `n` inputs of `target` as the fuzzer draws them (seed `seed`), each with its outcome.
+/// The first `n` inputs of `target` as a fuzzing session seeded `seed` draws
+/// them on one thread, each with its outcome.
 pub fn examples(
     target: Target,
     n: usize,
@@ -1281,17 +1589,19 @@ pub fn examples(
     pools: &Pools,
     child: &ProcessRunner,
 ) -> Vec<(String, Outcome)> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut envs: Vec<BugFixEnv> = pools
-        .task_sets
-        .iter()
-        .map(|set| BugFixEnv::new(set.clone(), 8))
-        .collect();
+    let mut envs = fresh_envs(pools);
     let mut episode = None;
-    (0..n)
-        .map(|_| match target {
-            Target::EnvStep => env_input(&mut rng, pools, &mut envs, &mut episode),
-            _ => one_input(target, &mut rng, pools, child),
+    (0..n as u64)
+        .map(|i| {
+            let seed = input_seed(seed, target, i);
+            match target {
+                Target::EnvStep => {
+                    let (input, outcome, ..) = env_input(seed, pools, &mut envs, &mut episode);
+                    let last = input.lines().last().unwrap_or("").to_string();
+                    (last, outcome)
+                }
+                _ => one_input(target, &mut StdRng::seed_from_u64(seed), pools, child),
+            }
         })
         .collect()
 }
@@ -1314,6 +1624,7 @@ mod tests {
             seed: 7,
             threads: 2,
             child: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/none"),
+            record: None,
         }
     }
 
@@ -1532,6 +1843,55 @@ mod tests {
                 report.target,
                 report.findings.iter().take(3).collect::<Vec<_>>()
             );
+        }
+    }
+
+    #[test]
+    fn every_finding_replays_from_its_seed_alone_and_shrinks() {
+        let pools = Pools::standard();
+        let child = ProcessRunner::new(&config().child);
+        let quiet = |_: u64| {};
+        for (target, inputs, kind) in [
+            (Target::EnvStep, 3_000, "unknown op"),
+            (Target::CallParser, 2_000, "call with argument"),
+            (Target::Guarded, 400, "load error"),
+        ] {
+            let recording = FuzzConfig {
+                record: Some(kind.to_string()),
+                ..config()
+            };
+            let report = fuzz(target, inputs, &recording, &pools, &quiet);
+            // Both threads record: the second thread's findings replay as well as
+            // the first's.
+            let first: HashSet<u64> = (0..inputs / 2)
+                .map(|i| input_seed(recording.seed, target, i))
+                .collect();
+            assert!(
+                report.findings.iter().any(|f| !first.contains(&f.seed)),
+                "{target:?}: no finding from the second thread"
+            );
+            for f in &report.findings {
+                let (input, outcome) = replay(target, f.seed, f.steps, &pools, &child);
+                assert_eq!(input, f.input, "{target:?}");
+                assert_eq!(outcome, Ok(kind.to_string()), "{target:?}: {input}");
+            }
+            // The shrunk inputs still show the outcome and are no longer.
+            for f in report.findings.iter().take(SHRUNK_FINDINGS) {
+                let small = f.shrunk.as_ref().expect("shrunk");
+                assert!(small.len() <= f.input.len(), "{target:?}: {small}");
+                match target {
+                    // An unknown op needs one step, whatever came before it.
+                    Target::EnvStep => assert_eq!(
+                        small.lines().filter(|l| l.starts_with("task ")).count(),
+                        1,
+                        "{small}"
+                    ),
+                    Target::CallParser => {
+                        assert_eq!(check_message(small), Ok(kind.to_string()), "{small}")
+                    }
+                    _ => assert!(small.len() < f.input.len(), "{small}"),
+                }
+            }
         }
     }
 

@@ -894,7 +894,7 @@ fn program_fold(name: &str) -> u64 {
 }
 
 /// The task sets of the mutation gym.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Split {
     /// Training programs, training operators.
     pub train: Vec<Task>,
@@ -909,12 +909,45 @@ pub struct Split {
     pub held_out_operators: Vec<Task>,
 }
 
+/// [`sort_into_splits`], read back from the test command's run cache when
+/// it made the same split earlier in the same command
+/// ([`crate::book::reuse`]): making one checks every candidate of about
+/// 1 300 tasks against its tests, and the split is pure Rhai, so the second
+/// setting could not change it.
+pub fn split(programs: &[Program], format: &Format, seed: u64) -> Split {
+    let mut fingerprint = FNV_START;
+    for program in programs {
+        fingerprint = fnv1a(program.name.as_bytes(), fingerprint);
+        fingerprint = fnv1a(program.source.as_bytes(), fingerprint);
+        for test in program.public.iter().chain(&program.hidden) {
+            fingerprint = fnv1a(test.call.as_bytes(), fingerprint);
+            fingerprint = fnv1a(test.expected.as_bytes(), fingerprint);
+        }
+    }
+    let key = format!("mutation::split programs {fingerprint:016x} format {format:?} seed {seed}");
+    let file = |dir: &Path| dir.join("split.json");
+    crate::book::reuse(
+        crate::book::run_cache().as_deref(),
+        &key,
+        || sort_into_splits(programs, format, seed),
+        |made, dir| {
+            let text = serde_json::to_string(made).map_err(|err| err.to_string())?;
+            std::fs::write(file(dir), text).map_err(|err| err.to_string())
+        },
+        |dir| {
+            let text = std::fs::read_to_string(file(dir)).map_err(|err| err.to_string())?;
+            serde_json::from_str(&text).map_err(|err| err.to_string())
+        },
+    )
+    .unwrap_or_else(|_| sort_into_splits(programs, format, seed))
+}
+
 // ANCHOR: split
 /// Every mutant of every program as a task (in `format`, drawn from `seed`),
 /// sorted into the splits: by program (a fold of the name's hash), by operator
 /// ([`HELD_OUT_OPERATORS`], [`VALIDATION_OPERATOR`]) and, within training
 /// programs and operators, by instance (one mutant in five held out).
-pub fn split(programs: &[Program], format: &Format, seed: u64) -> Split {
+pub fn sort_into_splits(programs: &[Program], format: &Format, seed: u64) -> Split {
     let mut out = Split::default();
     for program in programs {
         let fold = program_fold(&program.name);
@@ -1051,7 +1084,7 @@ impl Lookup {
 }
 
 /// Per-task success of the four baselines on a task set.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Baselines {
     /// One uniformly random candidate, then `submit`: exact.
     pub chance: Vec<f64>,
@@ -1077,10 +1110,49 @@ impl Policy for Repairer {
     }
 }
 
+/// [`play_baselines`], read back from the test command's run cache when the
+/// same tasks, lookup rule, format, orders and seed were played earlier in the
+/// same command ([`crate::book::reuse`]; see [`split`]).
+pub fn baselines(
+    tasks: &[Task],
+    lookup: &Lookup,
+    format: &Format,
+    orders: usize,
+    seed: u64,
+) -> Baselines {
+    let play = || play_baselines(tasks, lookup, format, orders, seed);
+    let Ok(tasks_text) = serde_json::to_string(tasks) else {
+        return play();
+    };
+    let mut rates: Vec<(&String, &f64)> = lookup.rates.iter().collect();
+    rates.sort_by(|a, b| a.0.cmp(b.0));
+    let lookup_text = format!("{rates:?}");
+    let key = format!(
+        "mutation::baselines tasks {:016x} lookup {:016x} format {format:?} orders {orders} seed {seed}",
+        fnv1a(tasks_text.as_bytes(), FNV_START),
+        fnv1a(lookup_text.as_bytes(), FNV_START)
+    );
+    let file = |dir: &Path| dir.join("baselines.json");
+    crate::book::reuse(
+        crate::book::run_cache().as_deref(),
+        &key,
+        play,
+        |made, dir| {
+            let text = serde_json::to_string(made).map_err(|err| err.to_string())?;
+            std::fs::write(file(dir), text).map_err(|err| err.to_string())
+        },
+        |dir| {
+            let text = std::fs::read_to_string(file(dir)).map_err(|err| err.to_string())?;
+            serde_json::from_str(&text).map_err(|err| err.to_string())
+        },
+    )
+    .unwrap_or_else(|_| play_baselines(tasks, lookup, format, orders, seed))
+}
+
 // ANCHOR: baselines
 /// The baselines on `tasks` with the turn budget of `format`; the search
 /// plays `orders` random orders of each menu, drawn from `seed`.
-pub fn baselines(
+pub fn play_baselines(
     tasks: &[Task],
     lookup: &Lookup,
     format: &Format,
@@ -1182,6 +1254,11 @@ mod tests {
         let b = baselines(&split.held_out_operators[..20], &lookup, &FORMAT, 2, 5);
         assert!(b.oracle.iter().all(|&r| r == 1.0));
         assert!(b.chance.iter().all(|&r| (r - 0.1).abs() < 1e-12));
+        // What the run cache stores reads back as the same split and baselines.
+        let text = serde_json::to_string(&split).unwrap();
+        assert_eq!(serde_json::from_str::<Split>(&text).unwrap(), split);
+        let text = serde_json::to_string(&b).unwrap();
+        assert_eq!(serde_json::from_str::<Baselines>(&text).unwrap(), b);
     }
 
     #[test]

@@ -1309,6 +1309,7 @@ pub fn train_resumable(
             .map_err(|err| format!("cannot create {}: {err}", part.display()))?;
         model.save(&part.join("model.safetensors"))?;
         opt.save(&part)?;
+        crate::book::kill_point(&format!("saving state {iterations}"));
         std::fs::write(
             part.join("state.json"),
             serde_json::to_string_pretty(&state).map_err(|err| err.to_string())?,
@@ -1879,6 +1880,213 @@ mod tests {
             assert!(w.equal(&copy_w[&name]), "{name}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An algorithm that kills its process (SIGKILL) at its `at`-th call of
+    /// `advantages`: in the middle of an iteration, after the rollout and
+    /// before the update.
+    struct KilledMidIteration {
+        inner: Reinforce,
+        calls: usize,
+        at: Option<usize>,
+    }
+
+    impl Algorithm for KilledMidIteration {
+        fn advantages(
+            &mut self,
+            model: &TinyAgent,
+            trajectories: &[Trajectory],
+            rollout: &Batch,
+            rewards: &[f64],
+            group: usize,
+            report: &mut Report,
+        ) -> Tensor {
+            self.calls += 1;
+            if self.at == Some(self.calls) {
+                // SAFETY: getpid and kill have no preconditions.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGKILL);
+                }
+            }
+            self.inner
+                .advantages(model, trajectories, rollout, rewards, group, report)
+        }
+
+        fn loss(
+            &mut self,
+            forward: &Forward,
+            minibatch: &Batch,
+            advantages: &Tensor,
+            rows: &[usize],
+            report: &mut Report,
+        ) -> Tensor {
+            self.inner
+                .loss(forward, minibatch, advantages, rows, report)
+        }
+
+        fn rewards(
+            &mut self,
+            played: &[Played],
+            trajectories: &[Trajectory],
+            report: &mut Report,
+        ) -> Vec<f64> {
+            self.inner.rewards(played, trajectories, report)
+        }
+    }
+
+    /// The small run of the resume tests: its tokenizer, tasks and schedule.
+    fn small_run() -> (Bpe, Vec<Task>, Vec<Task>, Schedule) {
+        let gym = crate::gym::Gym::standard();
+        let (train_tasks, held_out) = (gym.train[..12].to_vec(), gym.held_out[..3].to_vec());
+        let bpe = small_tokenizer(&train_tasks);
+        let schedule = Schedule {
+            name: "resume".into(),
+            iterations: 5,
+            tasks: 3,
+            group: 2,
+            lr: 3e-2,
+            lr_end: 1e-2,
+            epochs: 2,
+            minibatches: 2,
+            eval_every: 2,
+            eval_episodes: 1,
+            seed: 11,
+            ..Schedule::reinforce()
+        };
+        (bpe, train_tasks, held_out, schedule)
+    }
+
+    /// The process that the kill test starts (and kills): the small run in the
+    /// folder `AGENTRL_RESUME_CHILD` names, saving every iteration; killed at
+    /// the `AGENTRL_KILL_ITERATION`-th rollout of this process if that is set,
+    /// and wherever `AGENTRL_KILL_AT` names (`crate::book::kill_point`). A
+    /// finished run writes its final weights' fingerprint.
+    #[test]
+    #[ignore = "started by a_run_killed_mid_save_and_mid_iteration_resumes_bit_for_bit"]
+    fn resume_child() {
+        let Ok(dir) = std::env::var("AGENTRL_RESUME_CHILD") else {
+            return;
+        };
+        let dir = std::path::PathBuf::from(dir);
+        let (bpe, train_tasks, held_out, schedule) = small_run();
+        if std::env::var("AGENTRL_RESUME_SAVE").is_ok() {
+            // A model of the base architecture, as the warm starts are.
+            let _turn = crate::book::seeded(0);
+            let model = TinyAgent::new(
+                crate::tinyagent::Config {
+                    vocab: bpe.vocab_size() as i64,
+                    ..crate::pretrain::BASE.model
+                },
+                tch::Device::Cpu,
+            );
+            crate::pretrain::save_model(&dir, &bpe, &model).unwrap();
+            return;
+        }
+        let mut algorithm = KilledMidIteration {
+            inner: Reinforce::with(|rewards| rewards.iter().map(|r| r - 0.5).collect()),
+            calls: 0,
+            at: std::env::var("AGENTRL_KILL_ITERATION")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+        };
+        let mut model = small_model(&bpe);
+        train_resumable(
+            &mut model,
+            &bpe,
+            (&train_tasks, &held_out),
+            &schedule,
+            &mut algorithm,
+            &dir,
+            &Resumable {
+                every: 1,
+                stop_after: None,
+            },
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("fingerprint.txt"),
+            format!("{:016x}", model.fingerprint()),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_run_killed_mid_save_and_mid_iteration_resumes_bit_for_bit() {
+        use std::os::unix::process::ExitStatusExt;
+        let root = std::env::temp_dir().join(format!("agentrl-kill-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        // One process of the small run in `dir`, with these variables; how it ended.
+        let child = |dir: &Path, vars: &[(&str, &str)]| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--ignored",
+                    "--exact",
+                    "pg::tests::resume_child",
+                    "--test-threads=1",
+                ])
+                .env("AGENTRL_RESUME_CHILD", dir)
+                .envs(vars.iter().copied())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .unwrap()
+        };
+        let whole = root.join("whole");
+        assert!(child(&whole, &[]).success());
+        // Killed while saving the state after iteration 2 (weights and
+        // moments written, the run state not): the half-written state is not taken.
+        let killed = root.join("killed");
+        let status = child(&killed, &[("AGENTRL_KILL_AT", "saving state 2")]);
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+        assert!(killed.join("state-0002.part").exists());
+        assert_eq!(latest_state(&killed).map(|(n, _)| n), Some(1));
+        // Resumed from iteration 1, and killed in the middle of its second
+        // rollout (iteration 3, after the rollout, before the update).
+        let status = child(&killed, &[("AGENTRL_KILL_ITERATION", "2")]);
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+        assert_eq!(latest_state(&killed).map(|(n, _)| n), Some(2));
+        // Resumed again, to the end: the same weights and metrics, bit for bit.
+        assert!(child(&killed, &[]).success());
+        let read = |dir: &Path, name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+        assert_eq!(
+            read(&killed, "fingerprint.txt"),
+            read(&whole, "fingerprint.txt")
+        );
+        let untimed = |dir: &Path| {
+            read_records(&dir.join("metrics.jsonl"))
+                .unwrap()
+                .into_iter()
+                .map(|r| TrainRecord { time: None, ..r })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(untimed(&killed), untimed(&whole));
+        assert_eq!(
+            untimed(&whole).len(),
+            6,
+            "five iterations and the last evaluation"
+        );
+        // A model killed while being saved (both files written beside their
+        // places, nothing renamed) is not taken for a saved one; saved again, it is.
+        let saved = root.join("saved");
+        let status = child(
+            &saved,
+            &[
+                ("AGENTRL_RESUME_SAVE", "1"),
+                ("AGENTRL_KILL_AT", "saving a model"),
+            ],
+        );
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+        assert!(crate::pretrain::saved_model(&saved).is_err());
+        assert!(child(&saved, &[("AGENTRL_RESUME_SAVE", "1")]).success());
+        assert!(crate::pretrain::saved_model(&saved).is_ok());
+        // A whole model whose weights were changed afterwards is not taken either.
+        std::fs::write(
+            saved.join(crate::pretrain::FINGERPRINT_FILE),
+            "0000000000000000\n",
+        )
+        .unwrap();
+        assert!(crate::pretrain::saved_model(&saved).is_err());
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

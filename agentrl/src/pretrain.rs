@@ -443,12 +443,50 @@ fn save_base(dir: &Path, bpe: &Bpe, model: &TinyAgent, stamp: &str) {
         .unwrap_or_else(|err| panic!("cannot write the base model's config: {err}"));
 }
 
-/// Store a tokenizer and a model with `BASE`'s architecture in `dir`.
+/// The file in which [`save_model`] writes the model's fingerprint, last.
+pub const FINGERPRINT_FILE: &str = "fingerprint.txt";
+
+/// Store a tokenizer and a model with `BASE`'s architecture in `dir`. Each
+/// file is written beside its place and renamed into it, and the model's
+/// fingerprint is written last, so that a process killed part way leaves
+/// nothing that [`saved_model`] accepts.
 pub fn save_model(dir: &Path, bpe: &Bpe, model: &TinyAgent) -> Result<(), String> {
     std::fs::create_dir_all(dir)
         .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
-    bpe.save(&dir.join("tokenizer.json"))?;
-    model.save(&dir.join("tinyagent.safetensors"))
+    let _ = std::fs::remove_file(dir.join(FINGERPRINT_FILE)); // what is there is no longer whole
+    let files = [
+        ("tokenizer.part.json", "tokenizer.json"),
+        ("tinyagent.part.safetensors", "tinyagent.safetensors"),
+    ];
+    bpe.save(&dir.join(files[0].0))?;
+    model.save(&dir.join(files[1].0))?;
+    crate::book::kill_point("saving a model");
+    for (part, name) in files {
+        std::fs::rename(dir.join(part), dir.join(name))
+            .map_err(|err| format!("cannot complete {}: {err}", dir.join(name).display()))?;
+    }
+    let part = dir.join("fingerprint.part.txt");
+    std::fs::write(&part, format!("{:016x}\n", model.fingerprint()))
+        .map_err(|err| format!("cannot write {}: {err}", part.display()))?;
+    std::fs::rename(&part, dir.join(FINGERPRINT_FILE))
+        .map_err(|err| format!("cannot complete the fingerprint: {err}"))
+}
+
+/// The tokenizer and model in `dir` if [`save_model`] finished storing them:
+/// the weights read back must have the fingerprint it wrote last.
+pub fn saved_model(dir: &Path) -> Result<(Bpe, TinyAgent), String> {
+    let stored = std::fs::read_to_string(dir.join(FINGERPRINT_FILE))
+        .map_err(|_| format!("{} holds no whole model (no fingerprint)", dir.display()))?;
+    let (bpe, model) = load_model(dir)?;
+    let found = format!("{:016x}", model.fingerprint());
+    if stored.trim() != found {
+        return Err(format!(
+            "{}: the weights have fingerprint {found}, the save wrote {}",
+            dir.display(),
+            stored.trim()
+        ));
+    }
+    Ok((bpe, model))
 }
 
 /// The tokenizer and the model that [`save_model`] stored in `dir`.

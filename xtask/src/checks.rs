@@ -939,7 +939,7 @@ pub fn dashboard(run_dir: &Path, out: Option<&Path>) -> Result<()> {
 
 /// `cargo xtask fuzz`: build the fuzzer and the sandbox's child process, then fuzz; the report
 /// goes to target/fuzz/report.json.
-pub fn fuzz(inputs: u64, seed: u64, targets: &[String]) -> Result<()> {
+pub fn fuzz(inputs: u64, seed: u64, targets: &[String], extra: &[String]) -> Result<()> {
     setup::all(false)?;
     let mut build = Command::new("cargo");
     build.args([
@@ -971,6 +971,7 @@ pub fn fuzz(inputs: u64, seed: u64, targets: &[String]) -> Result<()> {
     for target in targets {
         cmd.args(["--target", target]);
     }
+    cmd.args(extra);
     run(cmd.envs(setup::book_env()).current_dir(root()))
 }
 

@@ -110,6 +110,15 @@ enum Cmd {
         /// Only these targets: "call parser", "environment step", "in-process runner", "child-process runner".
         #[arg(long = "target")]
         targets: Vec<String>,
+        /// Also keep the inputs with this outcome (for example "unknown op") as findings, shrunk.
+        #[arg(long)]
+        record: Option<String>,
+        /// Make one finding's input again from the seed a finding printed, and shrink it.
+        #[arg(long)]
+        replay: Option<u64>,
+        /// With --replay: the finding's steps (an episode's, for the environment).
+        #[arg(long, default_value_t = 1)]
+        steps: usize,
     },
     /// The capstone (Chapter 19): warm start, RL, evaluation of three seeds and the goals, about
     /// ten minutes on two cores; started again after a stop, it resumes. `--short` runs the
@@ -168,7 +177,20 @@ fn main() {
             inputs,
             seed,
             targets,
-        } => checks::fuzz(inputs, seed, &targets),
+            record,
+            replay,
+            steps,
+        } => {
+            let mut extra = Vec::new();
+            if let Some(kind) = record {
+                extra.extend(["--record".to_string(), kind]);
+            }
+            if let Some(input_seed) = replay {
+                extra.extend(["--replay".to_string(), input_seed.to_string()]);
+                extra.extend(["--steps".to_string(), steps.to_string()]);
+            }
+            checks::fuzz(inputs, seed, &targets, &extra)
+        }
         Cmd::Capstone { short, record } => checks::capstone(short, record),
         Cmd::Runs { chapter } => crate::chapter::find(&chapter).map(|c| {
             for line in checks::run_fingerprints(&c.name) {

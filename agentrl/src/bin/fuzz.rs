@@ -1,11 +1,15 @@
 //! Chapter 19: `cargo xtask fuzz`, the fuzzer of `agentrl::fuzzing` over all four targets.
 //!
-//! Usage: `fuzz [--inputs N] [--seed S] [--threads T] [--target NAME]... [--examples K] [--report PATH]`.
+//! Usage: `fuzz [--inputs N] [--seed S] [--threads T] [--target NAME]... [--examples K]
+//! [--record OUTCOME] [--replay INPUT_SEED [--steps N]] [--report PATH]`.
 //! `--inputs` is the total over the targets, shared out in fixed proportions;
-//! `--examples K` prints K inputs of each target with their outcomes instead of fuzzing.
+//! `--examples K` prints K inputs of each target with their outcomes instead of fuzzing;
+//! `--record OUTCOME` also keeps the inputs with that outcome as findings (shown, shrunk);
+//! `--replay` makes one finding's input again from the seed and steps it printed, and shrinks it.
 
 use agentrl::fuzzing::{
-    child_exe, examples, fuzz, panic_messages, FuzzConfig, Pools, Target, TargetReport,
+    child_exe, examples, fuzz, panic_messages, replay, shrink, Finding, FuzzConfig, Pools, Target,
+    TargetReport,
 };
 use agentrl::rollout::progress;
 use agentrl::runner::ProcessRunner;
@@ -40,6 +44,7 @@ fn main() {
         seed: number("--seed", 19),
         threads: number("--threads", 2) as usize,
         child: child_exe(),
+        record: value("--record"),
     };
     let chosen: Vec<Target> = args
         .iter()
@@ -71,6 +76,31 @@ fn main() {
         std::process::exit(2);
     }
     let pools = Pools::standard();
+    if let Some(seed) = value("--replay") {
+        let seed: u64 = seed.parse().expect("--replay takes an input's seed");
+        let steps = number("--steps", 1) as usize;
+        let child = ProcessRunner::new(&config.child);
+        for &target in &targets {
+            let (input, outcome) = replay(target, seed, steps, &pools, &child);
+            println!(
+                "== {}: seed {seed}, {steps} step(s)\n{input}\n-> {outcome:?}",
+                target.name()
+            );
+            let finding = Finding {
+                target,
+                problem: format!("{outcome:?}"),
+                input,
+                seed,
+                steps,
+                shrunk: None,
+            };
+            let recorded = outcome.as_ref().ok().map(String::as_str);
+            if let Some(small) = shrink(&finding, recorded, &pools, &child) {
+                println!("shrunk:\n{small}");
+            }
+        }
+        return;
+    }
     if let Some(k) = value("--examples") {
         let k: usize = k.parse().expect("--examples takes a number");
         for &target in &targets {
@@ -128,7 +158,23 @@ fn main() {
         let outcomes: Vec<String> = r.outcomes.iter().map(|(k, n)| format!("{k} {n}")).collect();
         println!("{}: {}", r.target.name(), outcomes.join(", "));
         for f in r.findings.iter().take(5) {
-            println!("  FINDING: {}\n    input: {:?}", f.problem, f.input);
+            let shown: String = f.input.chars().take(300).collect();
+            let more = f.input.chars().count().saturating_sub(300);
+            let more = if more > 0 {
+                format!(" ... ({more} more characters in the report)")
+            } else {
+                String::new()
+            };
+            println!(
+                "  FINDING: {}\n    input: {shown:?}{more}\n    replay: cargo xtask fuzz --target \"{}\" --replay {} --steps {}",
+                f.problem,
+                r.target.name(),
+                f.seed,
+                f.steps
+            );
+            if let Some(small) = &f.shrunk {
+                println!("    shrunk: {small:?}");
+            }
         }
     }
     for message in panic_messages(5) {
