@@ -271,6 +271,11 @@ pub const FOUND_SOURCES: &[(&str, &str)] = &[
         "a right-to-left override: the load error quoted it raw",
         "fn f(x){\n\u{202e}    x\n}\n",
     ),
+    (
+        "a character literal of control characters, found by libFuzzer: the load error was cut \
+         to 200 characters before its escapes, which made it 307 long (it is now cut as shown too)",
+        "'30\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}\u{10}' ",
+    ),
 ];
 
 const INTS: &[&str] = &[
@@ -933,7 +938,7 @@ fn runner_outcome(lines: &[TestLine]) -> String {
 
 /// What the call parser must do with `message`: parse it into words that
 /// parse back, or find no call.
-fn check_message(message: &str) -> Outcome {
+pub fn check_message(message: &str) -> Outcome {
     match parse_call(message) {
         None => Ok("no call".to_string()),
         Some(call) => {
@@ -1231,6 +1236,24 @@ fn env_input(
         *state = None;
     }
     found
+}
+
+/// The first property that an episode drawn from `seed` (its task set, task
+/// and turn budget) breaks when the policy sends `messages`, if any: what the
+/// coverage-guided fuzz target checks (`cargo xtask fuzz-coverage`).
+pub fn check_episode(pools: &Pools, seed: u64, messages: &[String]) -> Option<String> {
+    let mut envs = fresh_envs(pools);
+    let mut episode = start_episode(seed, pools, &mut envs);
+    for message in messages {
+        let (outcome, done) = play_step(message, pools, &mut envs, &mut episode);
+        if let Err(problem) = outcome {
+            return Some(problem);
+        }
+        if done {
+            break;
+        }
+    }
+    None
 }
 
 /// The stream of input `index` of `target` in a session seeded `seed`

@@ -975,6 +975,101 @@ pub fn fuzz(inputs: u64, seed: u64, targets: &[String], extra: &[String]) -> Res
     run(cmd.envs(setup::book_env()).current_dir(root()))
 }
 
+/// The fuzz targets of `fuzz/` (coverage-guided, with libFuzzer).
+const COVERAGE_TARGETS: [&str; 3] = ["call_parser", "env_step", "runner"];
+
+/// `cargo xtask fuzz-coverage`: cargo-fuzz builds the targets of `fuzz/` with
+/// coverage instrumentation (no sanitizer, so the stable toolchain suffices,
+/// told to accept cargo-fuzz's unstable flags), and each runs for `seconds`,
+/// growing its corpus in target/fuzz-corpus/. A crash fails the command and
+/// leaves the input beside the corpus; the table gives inputs run, edges covered
+/// (libFuzzer's `cov`) and features (`ft`).
+pub fn fuzz_coverage(seconds: u64, targets: &[String]) -> Result<()> {
+    setup::all(false)?;
+    let tools = root().join("target/tool-builds/cargo-fuzz");
+    let cargo_fuzz = tools.join("bin/cargo-fuzz");
+    if !cargo_fuzz.exists() {
+        step("cargo install cargo-fuzz (once, into target/tool-builds/cargo-fuzz)");
+        run(Command::new("cargo")
+            .args(["install", "--locked", "cargo-fuzz@0.13.2", "--root"])
+            .arg(&tools))?;
+    }
+    step("cargo fuzz build (coverage instrumentation, no sanitizer)");
+    run(Command::new(&cargo_fuzz)
+        .args(["build", "--sanitizer", "none", "-O"])
+        .env("RUSTC_BOOTSTRAP", "1")
+        .current_dir(root()))?;
+    let chosen: Vec<&str> = if targets.is_empty() {
+        COVERAGE_TARGETS.to_vec()
+    } else {
+        targets.iter().map(String::as_str).collect()
+    };
+    let libtorch = std::fs::canonicalize(root().join(".venv/libtorch/lib"))
+        .map_err(|err| format!("libtorch is not installed (cargo xtask setup): {err}"))?;
+    let bin = root().join("fuzz/target/x86_64-unknown-linux-gnu/release");
+    let mut rows = Vec::new();
+    let mut crashed = Vec::new();
+    for target in chosen {
+        if !COVERAGE_TARGETS.contains(&target) {
+            return Err(format!(
+                "unknown fuzz target {target}; one of {COVERAGE_TARGETS:?}"
+            ));
+        }
+        let corpus = root().join("target/fuzz-corpus").join(target);
+        let artifacts = root().join("target/fuzz-artifacts").join(target);
+        for dir in [&corpus, &artifacts] {
+            std::fs::create_dir_all(dir)
+                .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+        }
+        step(&format!("fuzzing {target} for {seconds} s"));
+        let out = util::capture(
+            Command::new(bin.join(target))
+                .arg(&corpus)
+                .arg(format!("-max_total_time={seconds}"))
+                .arg("-print_final_stats=1")
+                .arg(format!("-artifact_prefix={}/", artifacts.display()))
+                .env("LD_LIBRARY_PATH", &libtorch)
+                .envs(setup::book_env()),
+        )?;
+        let log = String::from_utf8_lossy(&out.stderr).to_string();
+        let last = |key: &str| {
+            log.lines()
+                .filter_map(|line| {
+                    let at = line.find(&format!("{key}: "))?;
+                    line[at + key.len() + 2..]
+                        .split_whitespace()
+                        .next()
+                        .map(String::from)
+                })
+                .next_back()
+                .unwrap_or_else(|| "?".into())
+        };
+        let runs = log
+            .lines()
+            .find_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| "?".into());
+        rows.push((target, runs, last("cov"), last("ft"), last("corp")));
+        if !out.status.success() {
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            eprintln!("{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            crashed.push(format!("{target} (input kept in {})", artifacts.display()));
+        }
+    }
+    println!(
+        "{:<12} {:>12} {:>14} {:>10} {:>14}",
+        "target", "inputs", "edges covered", "features", "corpus"
+    );
+    for (target, runs, cov, ft, corp) in &rows {
+        println!("{target:<12} {runs:>12} {cov:>14} {ft:>10} {corp:>14}");
+    }
+    if crashed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("crashes: {}", crashed.join(", ")))
+    }
+}
+
 /// `cargo xtask capstone`: the capstone binary in release mode, under the book's settings.
 pub fn capstone(short: bool, record: bool) -> Result<()> {
     setup::all(false)?;

@@ -120,6 +120,16 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         steps: usize,
     },
+    /// Coverage-guided fuzzing with libFuzzer (cargo-fuzz, installed into target/ on first use):
+    /// each target of fuzz/ for SECONDS, its corpus kept in target/fuzz-corpus/; prints the inputs
+    /// run and the edges covered, and fails on a crash (Chapter 19).
+    FuzzCoverage {
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Only these targets: call_parser, env_step, runner.
+        #[arg(long = "target")]
+        targets: Vec<String>,
+    },
     /// The capstone (Chapter 19): warm start, RL, evaluation of three seeds and the goals, about
     /// ten minutes on two cores; started again after a stop, it resumes. `--short` runs the
     /// chapter's short configuration; `--record` also writes data/capstone-report.json.
@@ -191,6 +201,7 @@ fn main() {
             }
             checks::fuzz(inputs, seed, &targets, &extra)
         }
+        Cmd::FuzzCoverage { seconds, targets } => checks::fuzz_coverage(seconds, &targets),
         Cmd::Capstone { short, record } => checks::capstone(short, record),
         Cmd::Runs { chapter } => crate::chapter::find(&chapter).map(|c| {
             for line in checks::run_fingerprints(&c.name) {
