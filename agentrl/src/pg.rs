@@ -1934,6 +1934,12 @@ mod tests {
         }
     }
 
+    /// Every episode weighted ±½ (an untrained model rarely succeeds, and zero
+    /// rewards would leave the weights, and so the resume tests, where they started).
+    fn half_weighted() -> Reinforce {
+        Reinforce::with(|rewards| rewards.iter().map(|r| r - 0.5).collect())
+    }
+
     /// The small run of the resume tests: its tokenizer, tasks and schedule.
     fn small_run() -> (Bpe, Vec<Task>, Vec<Task>, Schedule) {
         let gym = crate::gym::Gym::standard();
@@ -1983,7 +1989,7 @@ mod tests {
             return;
         }
         let mut algorithm = KilledMidIteration {
-            inner: Reinforce::with(|rewards| rewards.iter().map(|r| r - 0.5).collect()),
+            inner: half_weighted(),
             calls: 0,
             at: std::env::var("AGENTRL_KILL_ITERATION")
                 .ok()
@@ -2091,28 +2097,10 @@ mod tests {
 
     #[test]
     fn a_run_stopped_and_resumed_ends_with_the_weights_and_metrics_of_one_never_stopped() {
-        // Every episode weighted ±½ (an untrained model rarely succeeds, and zero
-        // rewards would leave the weights, and so the test, where they started).
-        let algorithm = || Reinforce::with(|rewards| rewards.iter().map(|r| r - 0.5).collect());
-        let gym = crate::gym::Gym::standard();
-        let (train_tasks, held_out) = (&gym.train[..12], &gym.held_out[..3]);
-        let bpe = small_tokenizer(train_tasks);
+        let algorithm = half_weighted;
+        let (bpe, train_tasks, held_out, schedule) = small_run();
         let root = std::env::temp_dir().join(format!("agentrl-resume-{}", std::process::id()));
-        let schedule = Schedule {
-            name: "resume".into(),
-            iterations: 5,
-            tasks: 3,
-            group: 2,
-            lr: 3e-2,
-            lr_end: 1e-2,
-            epochs: 2,
-            minibatches: 2,
-            eval_every: 2,
-            eval_episodes: 1,
-            seed: 11,
-            ..Schedule::reinforce()
-        };
-        let tasks = (train_tasks, held_out);
+        let tasks = (&train_tasks[..], &held_out[..]);
         let mut whole = small_model(&bpe);
         let never = train_resumable(
             &mut whole,
@@ -2209,7 +2197,7 @@ mod tests {
         assert!(train_resumable(
             &mut small_model(&bpe),
             &bpe,
-            (&gym.train[1..13], held_out),
+            (&train_tasks[1..], &held_out[..]),
             &schedule,
             &mut algorithm(),
             &dir,
