@@ -9,7 +9,10 @@ use crate::advantage::group_advantages;
 use crate::book::REAL;
 use crate::episode::Owner;
 use crate::grpo::{aggregate, Grpo, LossNorm, Regularizer, TrainConfig, MAX_ACTION_TOKENS};
-use crate::pg::{per_token, Algorithm, Forward, Report, Run, TrainRecord};
+use crate::pg::{
+    copy_model, length_buckets, per_token, row_lengths, Algorithm, Forward, Report, Run,
+    TrainRecord,
+};
 use crate::plot::{LineChart, Series};
 use crate::regularization::{Estimator, KlPenalty, Placement};
 use crate::rollout::Played;
@@ -29,8 +32,12 @@ pub enum Bug {
     MaskOff,
     /// The advantages enter the loss with the wrong sign.
     AdvantageSignFlipped,
-    /// The old log-probs in the ratio are the previous iteration's, row for row.
-    StaleLogprobs,
+    /// The old log-probs in the ratio are the previous iteration's batch's,
+    /// row for row: other episodes' numbers on this iteration's tokens.
+    MisalignedLogprobs,
+    /// The old log-probs are recomputed on this iteration's tokens with a
+    /// copy of the weights that is one iteration behind the sampler's.
+    StaleWeights,
     /// Group ids off by one episode: every advantage is computed against a
     /// group holding one episode of the next task.
     GroupShift,
@@ -42,17 +49,22 @@ pub enum Bug {
     Retokenized,
     /// The KL reference is the policy itself (an alias, not a frozen copy).
     ReferenceAliased,
+    /// Gradient accumulation that averages the micro-batches' losses, each
+    /// normalised over its own micro-batch, instead of over the minibatch.
+    AccumulationDenominator,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 7] = [
+    pub const ALL: [Bug; 9] = [
         Bug::MaskOff,
         Bug::AdvantageSignFlipped,
-        Bug::StaleLogprobs,
+        Bug::MisalignedLogprobs,
         Bug::GroupShift,
         Bug::LossDenominator,
         Bug::Retokenized,
         Bug::ReferenceAliased,
+        Bug::StaleWeights,
+        Bug::AccumulationDenominator,
     ];
 
     /// A short name for tables and run folders.
@@ -60,11 +72,13 @@ impl Bug {
         match self {
             Bug::MaskOff => "mask off",
             Bug::AdvantageSignFlipped => "advantage sign flipped",
-            Bug::StaleLogprobs => "stale log-probs",
+            Bug::MisalignedLogprobs => "misaligned old log-probs",
+            Bug::StaleWeights => "old log-probs one version stale",
             Bug::GroupShift => "group ids shifted",
             Bug::LossDenominator => "loss denominator",
             Bug::Retokenized => "retokenized actions",
             Bug::ReferenceAliased => "reference aliased",
+            Bug::AccumulationDenominator => "micro-batch means averaged",
         }
     }
 }
@@ -78,10 +92,12 @@ pub struct Injected {
     pub inner: Grpo,
     /// For [`Bug::Retokenized`]: the tokenizer the actions are re-encoded with.
     pub bpe: Option<Bpe>,
-    /// For [`Bug::StaleLogprobs`]: the sampling log-probs of this iteration's
-    /// episodes and of the previous iteration's, [N, T] each.
+    /// For [`Bug::MisalignedLogprobs`]: the sampling log-probs of this
+    /// iteration's episodes and of the previous iteration's, [N, T] each.
     current: Option<Tensor>,
     previous: Option<Tensor>,
+    /// For [`Bug::StaleWeights`]: the weights the sampler had one iteration ago.
+    behind: Option<TinyAgent>,
 }
 
 impl Injected {
@@ -92,6 +108,7 @@ impl Injected {
             bpe,
             current: None,
             previous: None,
+            behind: None,
         }
     }
 }
@@ -106,16 +123,26 @@ fn mask_off(model: &TinyAgent, trajectories: Vec<Trajectory>) -> Vec<Trajectory>
             t
         })
         .collect();
-    let batch = collate(&widened, model.device());
+    with_logprobs_of(model, widened, |old| old == 0.0)
+}
+
+/// The policy tokens' old log-probs replaced by `model`'s on the same
+/// tokens, where `replace` says so of the stored one.
+fn with_logprobs_of(
+    model: &TinyAgent,
+    trajectories: Vec<Trajectory>,
+    replace: impl Fn(f64) -> bool,
+) -> Vec<Trajectory> {
+    let batch = collate(&trajectories, model.device());
     let old = tch::no_grad(|| policy_logprobs(model, &batch)); // [N, T]
-    widened
+    trajectories
         .into_iter()
         .enumerate()
         .map(|(row, mut t)| {
             let recomputed =
                 Vec::<f64>::try_from(old.get(row as i64)).expect("one row of log-probs");
             for (i, owner) in t.owners.iter().enumerate().skip(1) {
-                if *owner == Owner::Policy && t.logprobs[i] == 0.0 {
+                if *owner == Owner::Policy && replace(t.logprobs[i]) {
                     t.logprobs[i] = recomputed[i];
                 }
             }
@@ -208,6 +235,15 @@ impl Algorithm for Injected {
                 .collect(),
             (Some(Bug::Retokenized), None) => {
                 panic!("the retokenization bug needs the tokenizer (Injected::new(.., Some(bpe)))")
+            }
+            (Some(Bug::StaleWeights), _) => {
+                // π_old from last iteration's weights, on the tokens this iteration's weights sampled.
+                let trained = match &self.behind {
+                    Some(behind) => with_logprobs_of(behind, played.clone(), |_| true),
+                    None => played.clone(), // the first iteration has no older copy
+                };
+                self.behind = Some(copy_model(model, None));
+                trained
             }
             _ => played.clone(),
         };
@@ -314,7 +350,7 @@ impl Injected {
         report: &mut Report,
     ) -> Tensor {
         match self.bug {
-            Some(Bug::StaleLogprobs) if self.previous.is_some() => {
+            Some(Bug::MisalignedLogprobs) if self.previous.is_some() => {
                 let previous = self.previous.as_ref().unwrap();
                 let index = Tensor::from_slice(&rows.iter().map(|&i| i as i64).collect::<Vec<_>>())
                     .to_device(previous.device());
@@ -343,6 +379,31 @@ impl Injected {
                     rows,
                     report,
                 )
+            }
+            Some(Bug::AccumulationDenominator) => {
+                // The minibatch in the k micro-batches the forward pass runs on (Chapter 9's length
+                // buckets), each one's loss normalised over its own rows (its own tokens under a
+                // token mean) and the k losses averaged: row i of micro-batch j weighs
+                // (minibatch's count) / (k · micro-batch j's count) times its due.
+                let buckets = length_buckets(&row_lengths(minibatch));
+                let tokens = Vec::<f64>::try_from(minibatch.mask.sum_dim_intlist(1, false, REAL))
+                    .expect("tokens per row"); // [B]
+                let count = |members: &[usize]| match self.inner.config.norm {
+                    LossNorm::TokenMean => members.iter().map(|&r| tokens[r]).sum::<f64>(),
+                    LossNorm::SequenceMean | LossNorm::Constant(_) => members.len() as f64,
+                };
+                let all: Vec<usize> = (0..tokens.len()).collect();
+                let mut weights = vec![0.0; tokens.len()];
+                for (members, _) in &buckets {
+                    for &r in members {
+                        weights[r] = count(&all) / (buckets.len() as f64 * count(members));
+                    }
+                }
+                let weights = Tensor::from_slice(&weights)
+                    .to_device(advantages.device())
+                    .unsqueeze(1); // [B, 1]
+                self.inner
+                    .loss(forward, minibatch, &(advantages * weights), rows, report)
             }
             _ => self
                 .inner
@@ -1105,9 +1166,10 @@ mod tests {
     }
 
     #[test]
-    fn stale_logprobs_come_from_the_previous_iteration_and_the_denominator_bug_reweights_rows() {
+    fn misaligned_logprobs_come_from_the_previous_iteration_and_the_denominator_bug_reweights_rows()
+    {
         let m = model();
-        let mut injected = Injected::new(Some(Bug::StaleLogprobs), grpo(), None);
+        let mut injected = Injected::new(Some(Bug::MisalignedLogprobs), grpo(), None);
         let mut report = Report::new();
         let (first, second) = (rollout(4, 6), rollout(4, 6));
         let second = Batch {
@@ -1142,6 +1204,122 @@ mod tests {
             (bugged / healthy - MAX_ACTION_TOKENS / 6.0).abs() < 1e-9,
             "{bugged} vs {healthy}"
         );
+    }
+
+    #[test]
+    fn stale_weights_score_this_iterations_tokens_with_last_iterations_weights() {
+        let rows = vec![Trajectory {
+            task: 0,
+            ids: vec![3, 5, 7, 2, 9, 4],
+            owners: vec![
+                Owner::Prompt,
+                Owner::Policy,
+                Owner::Policy,
+                Owner::Env,
+                Owner::Env,
+                Owner::Policy,
+            ],
+            logprobs: vec![0.0, -1.5, -0.25, 0.0, 0.0, -2.0],
+            reward: 1.0,
+            info: Default::default(),
+        }];
+        let old_weights = model();
+        let new_weights = {
+            let _turn = crate::book::seeded(19);
+            TinyAgent::new(old_weights.config, tch::Device::Cpu)
+        };
+        let logprobs_of = |m: &TinyAgent| {
+            Vec::<f64>::try_from(policy_logprobs(m, &collate(&rows, tch::Device::Cpu)).get(0))
+                .unwrap()
+        };
+        let mut report = Report::new();
+        let mut injected = Injected::new(Some(Bug::StaleWeights), grpo(), None);
+        // The first iteration has no older weights: the sampled log-probs stay.
+        assert_eq!(
+            injected.trajectories(&old_weights, rows.clone(), &mut report),
+            rows
+        );
+        // The next one scores its own tokens with the first iteration's weights.
+        let trained = injected.trajectories(&new_weights, rows.clone(), &mut report);
+        assert_eq!(trained[0].ids, rows[0].ids);
+        let (behind, now) = (logprobs_of(&old_weights), logprobs_of(&new_weights));
+        for i in [1, 2, 5] {
+            assert!((trained[0].logprobs[i] - behind[i]).abs() < 1e-12);
+            assert!((trained[0].logprobs[i] - now[i]).abs() > 1e-6);
+        }
+        assert_eq!(trained[0].logprobs[3], 0.0, "tool output keeps no log-prob");
+        assert_eq!(report["ids_differ"], 0.0, "the ids are the sampled ones");
+    }
+
+    #[test]
+    fn averaging_micro_batch_means_reweights_rows_by_their_micro_batch() {
+        // Rows of 8, 8 and 3 tokens: the forward pass runs them as two micro-batches, {0, 1} and {2}.
+        let lengths = [8usize, 8, 3];
+        let trajectories: Vec<Trajectory> = lengths
+            .iter()
+            .enumerate()
+            .map(|(r, &t)| Trajectory {
+                task: r,
+                ids: (0..t as u32).map(|i| 3 + i).collect(),
+                owners: (0..t)
+                    .map(|i| if i == 0 { Owner::Prompt } else { Owner::Policy })
+                    .collect(),
+                logprobs: (0..t).map(|i| if i == 0 { 0.0 } else { -0.5 }).collect(),
+                reward: 0.0,
+                info: Default::default(),
+            })
+            .collect();
+        let batch = collate(&trajectories, tch::Device::Cpu);
+        assert_eq!(length_buckets(&row_lengths(&batch)).len(), 2);
+        let row_gradients = |bug: Option<Bug>, norm: LossNorm| {
+            let logp = batch.logprobs.copy().set_requires_grad(true); // π_θ = π_old, a tensor of its own
+            let forward = Forward {
+                logp: logp.shallow_clone(),
+                entropy: logp.zeros_like(),
+                hidden: Tensor::zeros([1], (REAL, tch::Device::Cpu)),
+                log_probs: Tensor::zeros([1], (REAL, tch::Device::Cpu)),
+            };
+            let mut injected = Injected::new(
+                bug,
+                Grpo {
+                    config: TrainConfig {
+                        norm,
+                        ..TrainConfig::grpo_plus_plus()
+                    },
+                    regularizer: Box::new(Plain),
+                },
+                None,
+            );
+            let advantages = per_token(&[1.0, 1.0, 1.0], &batch.mask);
+            injected
+                .loss(
+                    &forward,
+                    &batch,
+                    &advantages,
+                    &[0, 1, 2],
+                    &mut Report::new(),
+                )
+                .backward();
+            Vec::<f64>::try_from(logp.grad().sum_dim_intlist(1, false, REAL)).unwrap()
+            // [B]
+        };
+        // Each micro-batch's mean over its own rows (tokens, under a token mean), then the mean of the two.
+        for (norm, weights) in [
+            (LossNorm::Constant(MAX_ACTION_TOKENS), [0.75, 0.75, 1.5]),
+            (LossNorm::SequenceMean, [0.75, 0.75, 1.5]),
+            (LossNorm::TokenMean, [16.0 / 28.0, 16.0 / 28.0, 16.0 / 4.0]),
+        ] {
+            let (healthy, bugged) = (
+                row_gradients(None, norm),
+                row_gradients(Some(Bug::AccumulationDenominator), norm),
+            );
+            for r in 0..3 {
+                assert!(
+                    (bugged[r] - weights[r] * healthy[r]).abs() < 1e-12 && healthy[r] != 0.0,
+                    "{norm:?}, row {r}: {bugged:?} vs {healthy:?}"
+                );
+            }
+        }
     }
 
     #[test]

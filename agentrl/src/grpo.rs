@@ -11,7 +11,7 @@
 
 use crate::advantage::{group_advantages, GroupBaseline};
 use crate::book::REAL;
-use crate::pg::{per_token, Algorithm, Forward, Report, Run, Schedule};
+use crate::pg::{per_token, Algorithm, Forward, Report, Run, Schedule, WEIGHT_DECAY};
 use crate::ppo::{clipped_surrogate, diagnostics, Diagnostics};
 use crate::rollout::Played;
 use crate::tinyagent::TinyAgent;
@@ -109,12 +109,28 @@ pub struct TrainConfig {
     pub filter_zero_variance: bool,
     /// Give no loss to episodes that ran out of turns (DeepSWE's compact filtering).
     pub compact_filtering: bool,
-    /// Evaluate on the held-out tasks every this many iterations, with this many episodes per task.
+    /// Evaluate on the held-out tasks every this many iterations and after
+    /// the last (0: only after the last), with this many episodes per task
+    /// (0: never).
     pub eval_every: usize,
     pub eval_episodes: usize,
     /// Save the weights every this many iterations (0: only at the end).
     pub checkpoint_every: usize,
     pub seed: u64,
+    /// Clip the gradient to this global L2 norm before each step (None:
+    /// never), and AdamW's weight decay: see [`Schedule`]'s fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_grad_norm: Option<f64>,
+    #[serde(default = "weight_decay", skip_serializing_if = "is_book_weight_decay")]
+    pub weight_decay: f64,
+}
+
+fn weight_decay() -> f64 {
+    WEIGHT_DECAY
+}
+
+fn is_book_weight_decay(decay: &f64) -> bool {
+    *decay == WEIGHT_DECAY
 }
 
 /// The number the constant normalisation divides by: the most action tokens
@@ -144,6 +160,8 @@ impl TrainConfig {
             eval_episodes: 4,
             checkpoint_every: 0,
             seed: 0,
+            max_grad_norm: None,
+            weight_decay: WEIGHT_DECAY,
         }
     }
 
@@ -206,6 +224,8 @@ impl TrainConfig {
             checkpoint_every: self.checkpoint_every,
             seed: self.seed,
             staleness: 0,
+            max_grad_norm: self.max_grad_norm,
+            weight_decay: self.weight_decay,
         }
     }
 

@@ -494,7 +494,8 @@ pub struct Schedule {
     /// Passes over each iteration's episodes, and minibatches (optimiser steps) per pass.
     pub epochs: usize,
     pub minibatches: usize,
-    /// Evaluate every this many iterations (and after the last), with this many episodes per held-out task.
+    /// Evaluate every this many iterations (and after the last; 0: only
+    /// after the last), with this many episodes per held-out task (0: never).
     pub eval_every: usize,
     pub eval_episodes: usize,
     /// Save the weights every this many iterations (0: only at the end).
@@ -506,10 +507,32 @@ pub struct Schedule {
     /// (the first iterations with the initial ones). 0 is on-policy.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub staleness: usize,
+    /// Gradient clipping: before each step, a gradient whose L2 norm over all
+    /// weights exceeds this is scaled down to it (None: never clipped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_grad_norm: Option<f64>,
+    /// AdamW's decoupled weight decay λ: each step also multiplies every
+    /// weight by 1 − lr·λ. 0.01 is libtorch's default and the book's.
+    #[serde(
+        default = "default_weight_decay",
+        skip_serializing_if = "is_default_weight_decay"
+    )]
+    pub weight_decay: f64,
 }
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
+}
+
+/// The weight decay of every run of the book, libtorch's AdamW default.
+pub const WEIGHT_DECAY: f64 = 0.01;
+
+fn default_weight_decay() -> f64 {
+    WEIGHT_DECAY
+}
+
+fn is_default_weight_decay(decay: &f64) -> bool {
+    *decay == WEIGHT_DECAY
 }
 
 /// A number format for the sampler's copy of the weights: 32-bit floats, or
@@ -565,6 +588,8 @@ impl Schedule {
             checkpoint_every: 0,
             seed: 0,
             staleness: 0,
+            max_grad_norm: None,
+            weight_decay: WEIGHT_DECAY,
         }
     }
 
@@ -698,9 +723,12 @@ pub fn train(
     algorithm: &mut dyn Algorithm,
     run_dir: &Path,
 ) -> Result<Vec<TrainRecord>, String> {
-    let mut opt = nn::AdamW::default()
-        .build(&model.vs, schedule.lr)
-        .map_err(|err| err.to_string())?;
+    let mut opt = nn::AdamW {
+        wd: schedule.weight_decay,
+        ..Default::default()
+    }
+    .build(&model.vs, schedule.lr)
+    .map_err(|err| err.to_string())?;
     run_loop(
         model,
         bpe,
@@ -785,7 +813,8 @@ fn run_loop<O: Optimiser>(
         let mut pending = None;
         for iteration in first..=schedule.iterations {
             let last_line = iteration == schedule.iterations;
-            let evaluate = iteration % schedule.eval_every == 0 || last_line;
+            let evaluate = schedule.eval_episodes > 0
+                && ((schedule.eval_every > 0 && iteration % schedule.eval_every == 0) || last_line);
             let held_out_success = evaluate.then(|| {
                 success_rate(
                     model,
@@ -902,10 +931,15 @@ fn run_loop<O: Optimiser>(
                         let forward = forward(model, &minibatch);
                         let loss =
                             algorithm.loss(&forward, &minibatch, &adv, rows, &mut record.extra);
-                        // AdamW's step, with the gradient's norm read before it is applied.
+                        // AdamW's step, with the gradient's norm read (and clipped, if the
+                        // schedule says so) before it is applied.
                         opt.zero_grad();
                         loss.backward();
-                        grad_norm_sum += gradient_norm(model);
+                        let norm = gradient_norm(model);
+                        if let Some(max) = schedule.max_grad_norm {
+                            clip_gradient(model, norm, max);
+                        }
+                        grad_norm_sum += norm;
                         opt.step();
                         let tokens = minibatch.mask.sum(REAL).double_value(&[]);
                         entropy_sum += (forward.entropy.detach() * &minibatch.mask)
@@ -987,6 +1021,22 @@ pub fn gradient_norm(model: &TinyAgent) -> f64 {
         })
         .sum();
     squares.sqrt()
+}
+
+/// Gradient clipping by the global norm: every gradient of `model` scaled by
+/// max / norm when the L2 norm over all weights, `norm` (from
+/// [`gradient_norm`]), exceeds `max`; left alone otherwise. The direction of
+/// the step is kept; only its length is bounded.
+pub fn clip_gradient(model: &TinyAgent, norm: f64, max: f64) {
+    if norm > max {
+        let scale = max / norm;
+        for v in model.vs.trainable_variables() {
+            let mut g = v.grad();
+            if g.defined() {
+                let _ = g.g_mul_scalar_(scale);
+            }
+        }
+    }
 }
 
 /// The records of a run, read back from its metrics file.
@@ -1229,6 +1279,7 @@ pub fn train_resumable(
         return Err("a resumable run samples on-policy (staleness 0)".into());
     }
     let mut opt = AdamW::new(&model.vs, schedule.lr);
+    opt.weight_decay = schedule.weight_decay;
     let mut done = Vec::new();
     if let Some((next, dir)) = latest_state(run_dir) {
         let stored: Schedule = serde_json::from_str(
@@ -2092,6 +2143,94 @@ mod tests {
         )
         .unwrap();
         assert!(crate::pretrain::saved_model(&saved).is_err());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn clipping_and_weight_decay_are_settings_of_the_loop() {
+        // Clipping keeps the gradient's direction and bounds its length.
+        let (bpe, train_tasks, held_out, schedule) = small_run();
+        let model = small_model(&bpe);
+        let ids = Tensor::from_slice(&[1i64, 2, 3, 4]).view([1, 4]);
+        let valid = Tensor::ones([1, 4], (Kind::Bool, tch::Device::Cpu));
+        model.logits(&ids, &valid).square().sum(REAL).backward();
+        let before: Vec<Tensor> = model
+            .vs
+            .trainable_variables()
+            .iter()
+            .map(|v| v.grad().copy())
+            .collect();
+        let norm = gradient_norm(&model);
+        clip_gradient(&model, norm, norm / 4.0);
+        assert!((gradient_norm(&model) - norm / 4.0).abs() < 1e-9 * norm);
+        for (v, g) in model.vs.trainable_variables().iter().zip(&before) {
+            assert!((v.grad() * 4.0 - g).abs().max().double_value(&[]) < 1e-6);
+        }
+        clip_gradient(&model, norm / 4.0, norm); // below the bound: left alone
+        assert!((gradient_norm(&model) - norm / 4.0).abs() < 1e-9 * norm);
+
+        // In the loop: a bound below the gradients' norms changes the run, a bound above them
+        // changes nothing, and so does the weight decay; the recorded norm is the one before clipping.
+        let root = std::env::temp_dir().join(format!("agentrl-clip-{}", std::process::id()));
+        let tasks = (&train_tasks[..], &held_out[..]);
+        let run = |schedule: &Schedule, name: &str| {
+            let mut model = small_model(&bpe);
+            let records = train(
+                &mut model,
+                &bpe,
+                tasks,
+                schedule,
+                &mut half_weighted(),
+                &root.join(name),
+            )
+            .unwrap();
+            (records, model.fingerprint())
+        };
+        let one = Schedule {
+            iterations: 1,
+            ..schedule.clone()
+        };
+        let (plain, plain_weights) = run(&one, "plain");
+        let bound = plain[0].grad_norm.unwrap() / 10.0;
+        let (clipped, clipped_weights) = run(
+            &Schedule {
+                max_grad_norm: Some(bound),
+                ..one.clone()
+            },
+            "clipped",
+        );
+        assert_ne!(clipped_weights, plain_weights);
+        assert!(
+            clipped[0].grad_norm.unwrap() > bound,
+            "the norm before clipping is recorded"
+        );
+        let (_, loose_weights) = run(
+            &Schedule {
+                max_grad_norm: Some(1e9),
+                ..one.clone()
+            },
+            "loose",
+        );
+        assert_eq!(
+            loose_weights, plain_weights,
+            "a bound never reached changes nothing"
+        );
+        let (_, undecayed) = run(
+            &Schedule {
+                weight_decay: 0.0,
+                ..one.clone()
+            },
+            "undecayed",
+        );
+        assert_ne!(undecayed, plain_weights);
+        // Both are written with the schedule only when they differ from the book's defaults.
+        let json = serde_json::to_string(&one).unwrap();
+        assert!(!json.contains("max_grad_norm") && !json.contains("weight_decay"));
+        let back: Schedule = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            (back.max_grad_norm, back.weight_decay),
+            (None, WEIGHT_DECAY)
+        );
         let _ = std::fs::remove_dir_all(&root);
     }
 

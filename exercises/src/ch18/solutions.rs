@@ -27,8 +27,18 @@ pub fn diagnose(run: &[TrainRecord], healthy: &[TrainRecord]) -> Option<Bug> {
         return Some(Bug::ReferenceAliased); // the policy never moves away from its "reference"
     }
     // Then comparisons with the healthy run of the same seed.
-    if mean(&values(run, Panel::ClipFraction)) > 2.0 * mean(&values(healthy, Panel::ClipFraction)) {
-        return Some(Bug::StaleLogprobs); // ratios far from 1 from the first minibatch on
+    if mean(&values(run, Panel::ClipFraction)) > 2.5 * mean(&values(healthy, Panel::ClipFraction)) {
+        return Some(Bug::MisalignedLogprobs); // ratios far from 1 from the first minibatch on
+    }
+    // A bug that leaves iteration 0 alone gives the same numbers there as the healthy run of its seed
+    // (same weights, tasks and sampling stream); it then samples iteration 1's episodes with the same
+    // weights too, so what differs from there on is what the bug does with the same tokens.
+    let first = |records: &[TrainRecord]| -> Vec<Option<f64>> {
+        [Panel::Reward, Panel::Entropy, Panel::ClipFraction, Panel::ApproxKl, Panel::GradNorm].iter().map(|&p| p.value(records, 0, 1)).collect()
+    };
+    let later = |records: &[TrainRecord]| mean(&values(records, Panel::ApproxKl)[1..]);
+    if first(run) == first(healthy) && later(run) > 1.5 * later(healthy) {
+        return Some(Bug::StaleWeights); // π_old lags: each iteration starts with ratios away from 1
     }
     let late = |records: &[TrainRecord]| mean(&values(records, Panel::Reward)[training / 2..]);
     if late(run) < late(healthy) - 0.2 {
@@ -40,10 +50,13 @@ pub fn diagnose(run: &[TrainRecord], healthy: &[TrainRecord]) -> Option<Bug> {
 
 // ANCHOR: ex2
 pub fn check_normalisation(algorithm: &mut dyn Algorithm) -> Result<(), String> {
-    // Two sequences: a prompt token, then 2 and 5 action tokens with tool output between.
+    // Three sequences: a prompt token, then 2, 5 and 2 action tokens, tool output between. The third
+    // is short, so the forward pass would run the batch as two micro-batches of 2 and 1 episodes:
+    // a loss that averages micro-batch means weighs the third episode differently from the others.
     let owners = [
         vec![Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Env, Owner::Env, Owner::Env],
         vec![Owner::Prompt, Owner::Policy, Owner::Policy, Owner::Env, Owner::Policy, Owner::Policy, Owner::Policy],
+        vec![Owner::Prompt, Owner::Policy, Owner::Policy],
     ];
     let trajectories: Vec<Trajectory> = owners
         .iter()
@@ -51,17 +64,18 @@ pub fn check_normalisation(algorithm: &mut dyn Algorithm) -> Result<(), String> 
         .map(|(k, o)| Trajectory { task: k, ids: (3..3 + o.len() as u32).collect(), owners: o.clone(), logprobs: o.iter().map(|&w| if w == Owner::Policy { -0.5 } else { 0.0 }).collect(), reward: 1.0, info: Default::default() })
         .collect();
     let batch = collate(&trajectories, Device::Cpu);
-    let logp = batch.logprobs.detach().copy().set_requires_grad(true); // [2, 7], ratio 1 everywhere
-    let forward = Forward { logp: logp.shallow_clone(), entropy: logp.zeros_like(), hidden: Tensor::zeros([2, 7, 1], (Kind::Double, Device::Cpu)), log_probs: Tensor::zeros([7, 1], (Kind::Double, Device::Cpu)) };
-    let advantages = per_token(&[1.0, 1.0], &batch.mask); // [2, 7]
-    algorithm.loss(&forward, &batch, &advantages, &[0, 1], &mut Report::new()).backward();
+    let (b, t) = (owners.len(), owners[0].len());
+    let logp = batch.logprobs.detach().copy().set_requires_grad(true); // [B, T], ratio 1 everywhere
+    let forward = Forward { logp: logp.shallow_clone(), entropy: logp.zeros_like(), hidden: Tensor::zeros([b as i64, t as i64, 1], (Kind::Double, Device::Cpu)), log_probs: Tensor::zeros([t as i64, 1], (Kind::Double, Device::Cpu)) };
+    let advantages = per_token(&vec![1.0; b], &batch.mask); // [B, T]
+    algorithm.loss(&forward, &batch, &advantages, &(0..b).collect::<Vec<_>>(), &mut Report::new()).backward();
     let grad = Vec::<f64>::try_from(logp.grad().view([-1])).map_err(|e| e.to_string())?;
     let mask = Vec::<f64>::try_from(batch.mask.view([-1])).map_err(|e| e.to_string())?;
-    let want = -1.0 / (2.0 * MAX_ACTION_TOKENS);
+    let want = -1.0 / (b as f64 * MAX_ACTION_TOKENS);
     for (i, (&g, &m)) in grad.iter().zip(&mask).enumerate() {
         let expected = if m == 1.0 { want } else { 0.0 };
         if (g - expected).abs() > 1e-9 * want.abs().max(1.0) {
-            return Err(format!("token {} of sequence {}: gradient {g:.6e}, expected {expected:.6e}", i % 7, i / 7));
+            return Err(format!("token {} of sequence {}: gradient {g:.6e}, expected {expected:.6e}", i % t, i / t));
         }
     }
     Ok(())

@@ -2,8 +2,9 @@
 //! `cargo test -p exercises ch18`.
 //!
 //! Exercise 18.1 is graded on the metrics files of the chapter's runs
-//! (`figures/ch18-mystery-K-seed-S.jsonl`, six runs with a bug each, and
-//! `figures/ch18-healthy-seed-S.jsonl`); Exercise 18.2 on the loss of
+//! (`figures/ch18-mystery-K-seed-S.jsonl`, seven runs with a bug each, and
+//! `figures/ch18-healthy-seed-S.jsonl`): tune on seeds S = 0, 1, 2; the tests
+//! grade seeds 3, 4 and 5. Exercise 18.2 on the loss of
 //! `agentrl::debugging::Injected` with and without a bug.
 #![allow(unused_variables)] // the parameters are unused until you write the bodies
 
@@ -29,7 +30,10 @@ pub fn diagnose(run: &[TrainRecord], healthy: &[TrainRecord]) -> Option<Bug> {
 
 /// Exercise 18.2: check that `algorithm`'s loss weighs every action token
 /// alike, as GRPO++'s constant normalisation does: for a minibatch of
-/// sequences of different lengths, all with advantage 1 and log-probs equal to
+/// sequences of different lengths (in all tokens and in action tokens; make
+/// one much shorter than the others, so that the forward pass would run them
+/// as micro-batches of different sizes, see `agentrl::pg::length_buckets`),
+/// all with advantage 1 and log-probs equal to
 /// their sampling log-probs (ratio 1), the gradient of the loss with respect
 /// to each action token's log-prob must be −1 / (B · C), with B the number of
 /// sequences and C = `agentrl::grpo::MAX_ACTION_TOKENS`, and 0 on every other
