@@ -12,7 +12,7 @@
 use crate::episode::parse_call;
 use crate::episode::Owner;
 use crate::gym::{BugFixEnv, Edit, EditKind, Family, Gym, Task, MAX_TURNS};
-use crate::mdp::{Mdp, Outcome};
+use crate::mdp::{evaluate_policy, q_from_v, solve_linear, Mdp, Outcome};
 use crate::pg::{wrapper_config, Algorithm, Forward, Report};
 use crate::policies::Policy;
 use crate::pretrain::{
@@ -485,6 +485,136 @@ pub fn reward_improvements(mdp: &Mdp, phi: &[f64], bonus: f64) -> Mdp {
     })
 }
 // ANCHOR_END: shape
+
+// ANCHOR: shaping_credit
+/// How a turn's share of a potential Φ enters its advantage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShapingCredit {
+    /// The turn's own progress Φ(s′) − Φ(s), and 0 for the move that ends the
+    /// episode (it leaves the file as it is): `TurnCredit`'s rule, the
+    /// shaping of one turn with nothing of what follows.
+    Myopic,
+    /// The discounted sum of F from the turn to the end: with Φ = 0 at the
+    /// end it telescopes to −Φ(s_t), a baseline that depends on the state only.
+    RewardToGo,
+}
+
+/// The exact expected update direction of a softmax policy with logits
+/// `theta` [S][A] on `mdp` from `start`, discounted by `gamma`, when each
+/// turn's advantage is its return plus `weight` times its share of the
+/// potential `phi` (`shaping` None: the return alone, which gives ∇_θ J). Expected visits and
+/// action values come from linear solves, not samples:
+/// ∂J/∂θ[s][a] = d_γ(s) π(a|s) (Q̃(s, a) − Σ_b π(b|s) Q̃(s, b)),
+/// with Q̃ the action value plus the turn's expected share of the shaping.
+pub fn shaped_gradient(
+    mdp: &Mdp,
+    theta: &[Vec<f64>],
+    start: usize,
+    gamma: f64,
+    shaping: Option<(ShapingCredit, &[f64], f64)>,
+) -> Vec<Vec<f64>> {
+    let (n, m) = (mdp.n_states(), mdp.n_actions());
+    let policy = softmax_policy(theta); // [S][A]
+    let potential = |s: usize| match shaping {
+        Some((_, phi, weight)) if !mdp.terminal[s] => weight * phi[s],
+        _ => 0.0,
+    };
+    let q_tilde: Vec<Vec<f64>> = match shaping {
+        // Reward-to-go of the shaping: the return on the shaped MDP.
+        Some((ShapingCredit::RewardToGo, _, _)) => {
+            let weighted: Vec<f64> = (0..n).map(potential).collect();
+            let shaped = shape(mdp, &weighted, gamma);
+            q_from_v(&shaped, &evaluate_policy(&shaped, &policy, gamma), gamma)
+        }
+        // The return, plus the expected progress of this turn alone.
+        _ => {
+            let q = q_from_v(mdp, &evaluate_policy(mdp, &policy, gamma), gamma);
+            (0..n)
+                .map(|s| {
+                    (0..m)
+                        .map(|a| {
+                            let own: f64 = mdp.outcomes[s][a]
+                                .iter()
+                                .filter(|o| !mdp.terminal[o.next])
+                                .map(|o| o.prob * (potential(o.next) - potential(s)))
+                                .sum();
+                            q[s][a] + own
+                        })
+                        .collect()
+                })
+                .collect()
+        }
+    };
+    // Discounted visits: d = e_start + γ P_πᵀ d on the states before the end.
+    let mut a = vec![vec![0.0; n]; n]; // [S, S]: I − γ P_πᵀ
+    let mut b = vec![0.0; n];
+    b[start] = 1.0;
+    for s in 0..n {
+        a[s][s] = 1.0;
+        if mdp.terminal[s] {
+            continue;
+        }
+        for (act, &p) in policy[s].iter().enumerate() {
+            for o in &mdp.outcomes[s][act] {
+                if !mdp.terminal[o.next] {
+                    a[o.next][s] -= gamma * p * o.prob;
+                }
+            }
+        }
+    }
+    let visits = solve_linear(a, b); // [S]
+    (0..n)
+        .map(|s| {
+            let mean: f64 = (0..m).map(|b| policy[s][b] * q_tilde[s][b]).sum();
+            (0..m)
+                .map(|a| {
+                    if mdp.terminal[s] {
+                        0.0
+                    } else {
+                        visits[s] * policy[s][a] * (q_tilde[s][a] - mean)
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// π(a|s) = exp θ[s][a] / Σ_b exp θ[s][b], state by state.
+pub fn softmax_policy(theta: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    theta
+        .iter()
+        .map(|row| {
+            let top = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = row.iter().map(|x| (x - top).exp()).collect();
+            let z: f64 = e.iter().sum();
+            e.iter().map(|x| x / z).collect()
+        })
+        .collect()
+}
+
+/// `steps` steps of exact gradient ascent with step size `lr` from uniform
+/// logits, each on [`shaped_gradient`]: where a credit rule leads a policy
+/// when sampling noise is taken away.
+pub fn ascend_shaped(
+    mdp: &Mdp,
+    start: usize,
+    gamma: f64,
+    shaping: Option<(ShapingCredit, &[f64], f64)>,
+    lr: f64,
+    steps: usize,
+) -> Vec<Vec<f64>> {
+    let mut theta = vec![vec![0.0; mdp.n_actions()]; mdp.n_states()];
+    for _ in 0..steps {
+        let g = shaped_gradient(mdp, &theta, start, gamma, shaping);
+        for (row, grad) in theta.iter_mut().zip(&g) {
+            for (x, dx) in row.iter_mut().zip(grad) {
+                *x += lr * dx;
+            }
+        }
+    }
+    theta
+}
+// ANCHOR_END: shaping_credit
 
 // ANCHOR: overlong
 /// DAPO's soft overlong penalty, counted in turns: nothing for an episode
@@ -1204,6 +1334,68 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn shaping_as_reward_to_go_leaves_the_policy_gradient_alone_and_myopic_credit_does_not() {
+        use crate::mdp::{repair_mdp, Verifier, BUGGY, HARDCODE, SWAP};
+        let mdp = repair_mdp(Verifier::Hidden);
+        let gamma = 0.9;
+        let phi = [0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0];
+        let theta: Vec<Vec<f64>> = (0..mdp.n_states())
+            .map(|s| {
+                (0..mdp.n_actions())
+                    .map(|a| 0.3 * ((s * 5 + a) % 4) as f64 - 0.4)
+                    .collect()
+            })
+            .collect();
+        // Without shaping: the gradient of J(θ) = V^π(buggy), checked by central differences.
+        let exact = shaped_gradient(&mdp, &theta, BUGGY, gamma, None);
+        let value =
+            |theta: &[Vec<f64>]| evaluate_policy(&mdp, &softmax_policy(theta), gamma)[BUGGY];
+        for s in 0..4 {
+            for a in 0..mdp.n_actions() {
+                let (mut up, mut down) = (theta.clone(), theta.clone());
+                up[s][a] += 1e-6;
+                down[s][a] -= 1e-6;
+                let numeric = (value(&up) - value(&down)) / 2e-6;
+                assert!(
+                    (numeric - exact[s][a]).abs() < 1e-7,
+                    "{s} {a}: {numeric} vs {}",
+                    exact[s][a]
+                );
+            }
+        }
+        // Reward-to-go shaping is a state baseline: the same gradient, to rounding.
+        let rtg = shaped_gradient(
+            &mdp,
+            &theta,
+            BUGGY,
+            gamma,
+            Some((ShapingCredit::RewardToGo, &phi, 1.0)),
+        );
+        let myopic = shaped_gradient(
+            &mdp,
+            &theta,
+            BUGGY,
+            gamma,
+            Some((ShapingCredit::Myopic, &phi, 1.0)),
+        );
+        let gap = |g: &[Vec<f64>]| {
+            g.iter()
+                .flatten()
+                .zip(exact.iter().flatten())
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f64::max)
+        };
+        assert!(gap(&rtg) < 1e-12, "{}", gap(&rtg));
+        assert!(gap(&myopic) > 0.05, "{}", gap(&myopic));
+        // In the buggy file, myopic credit pays the rote answers as much as the fix: both make the public tests pass.
+        let extra = |a: usize| myopic[BUGGY][a] - exact[BUGGY][a];
+        let pi = softmax_policy(&theta);
+        let per_probability = |a: usize| extra(a) / pi[BUGGY][a];
+        assert!(per_probability(HARDCODE) > 0.0);
+        assert!((per_probability(HARDCODE) - per_probability(SWAP)).abs() < 1e-12);
     }
 
     #[test]
