@@ -643,6 +643,11 @@ pub struct TrainRecord {
     pub grad_norm: Option<f64>,
     /// What the algorithm reported (last minibatch for per-step numbers).
     pub extra: Report,
+    /// With more than one epoch: what the algorithm had reported after the
+    /// last minibatch of each epoch, so that a per-step number (the clip
+    /// fraction, the approximate KL) can be followed from pass to pass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_epoch: Vec<Report>,
 }
 
 /// The training tasks of one iteration: `tasks` draws from `n` tasks, each
@@ -948,6 +953,9 @@ fn run_loop<O: Optimiser>(
                             / tokens.max(1.0);
                         loss_sum += loss.double_value(&[]);
                         (steps, trained_tokens) = (steps + 1, trained_tokens + tokens as usize);
+                    }
+                    if schedule.epochs > 1 {
+                        record.per_epoch.push(record.extra.clone());
                     }
                 }
                 record.tasks = Some(
@@ -2223,6 +2231,19 @@ mod tests {
             "undecayed",
         );
         assert_ne!(undecayed, plain_weights);
+        // With two epochs, each training line keeps the report as it stood after each epoch.
+        assert_eq!(one.epochs, 2);
+        assert_eq!(plain[0].per_epoch.len(), 2);
+        for (key, value) in &plain[0].per_epoch[1] {
+            assert_eq!(plain[0].extra.get(key), Some(value), "{key}");
+        }
+        assert!(
+            plain[1].per_epoch.is_empty(),
+            "the last line only evaluates"
+        );
+        assert!(!serde_json::to_string(&plain[1])
+            .unwrap()
+            .contains("per_epoch"));
         // Both are written with the schedule only when they differ from the book's defaults.
         let json = serde_json::to_string(&one).unwrap();
         assert!(!json.contains("max_grad_norm") && !json.contains("weight_decay"));
