@@ -381,7 +381,7 @@ impl Injected {
                 )
             }
             Some(Bug::AccumulationDenominator) => {
-                // The minibatch in the k micro-batches the forward pass runs on (Chapter 9's length
+                // The minibatch in the k micro-batches the forward pass runs on (Chapter 6's length
                 // buckets), each one's loss normalised over its own rows (its own tokens under a
                 // token mean) and the k losses averaged: row i of micro-batch j weighs
                 // (minibatch's count) / (k · micro-batch j's count) times its due.

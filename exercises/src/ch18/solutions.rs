@@ -31,8 +31,8 @@ pub fn diagnose(run: &[TrainRecord], healthy: &[TrainRecord]) -> Option<Bug> {
         return Some(Bug::MisalignedLogprobs); // ratios far from 1 from the first minibatch on
     }
     // A bug that leaves iteration 0 alone gives the same numbers there as the healthy run of its seed
-    // (same weights, tasks and sampling stream); it then samples iteration 1's episodes with the same
-    // weights too, so what differs from there on is what the bug does with the same tokens.
+    // (same weights, tasks and sampling stream), and at iteration 1 both runs score the same tokens: a
+    // difference there is the bug's; later iterations add run-to-run differences the margin must absorb.
     let first = |records: &[TrainRecord]| -> Vec<Option<f64>> {
         [Panel::Reward, Panel::Entropy, Panel::ClipFraction, Panel::ApproxKl, Panel::GradNorm].iter().map(|&p| p.value(records, 0, 1)).collect()
     };
