@@ -636,6 +636,9 @@ pub struct TrainRecord {
     pub sequence_tokens: Option<usize>,
     #[serde(default)]
     pub played_tokens: Option<usize>,
+    /// The share of the iteration's turns whose action did not parse as a call.
+    #[serde(default)]
+    pub malformed_turns: Option<f64>,
     pub time: Option<StepTime>,
     /// Mean over the iteration's optimiser steps of the gradient's L2 norm
     /// over all weights, before the step.
@@ -981,6 +984,11 @@ fn run_loop<O: Optimiser>(
                 record.sequence_tokens =
                     Some(chosen.iter().map(|&i| trajectories[i].ids.len()).sum());
                 record.played_tokens = Some(trajectories.iter().map(|t| t.ids.len()).sum());
+                let turns: usize = played.iter().map(|p| p.actions.len()).sum();
+                record.malformed_turns = Some(
+                    played.iter().map(|p| p.parse_errors).sum::<usize>() as f64
+                        / turns.max(1) as f64,
+                );
                 record.time = Some(StepTime {
                     generation,
                     environment,
