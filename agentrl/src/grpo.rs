@@ -121,16 +121,11 @@ pub struct TrainConfig {
     /// never), and AdamW's weight decay: see [`Schedule`]'s fields.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_grad_norm: Option<f64>,
-    #[serde(default = "weight_decay", skip_serializing_if = "is_book_weight_decay")]
+    #[serde(
+        default = "crate::pg::default_weight_decay",
+        skip_serializing_if = "crate::pg::is_default_weight_decay"
+    )]
     pub weight_decay: f64,
-}
-
-fn weight_decay() -> f64 {
-    WEIGHT_DECAY
-}
-
-fn is_book_weight_decay(decay: &f64) -> bool {
-    *decay == WEIGHT_DECAY
 }
 
 /// The number the constant normalisation divides by: the most action tokens

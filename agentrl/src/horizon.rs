@@ -13,7 +13,7 @@ use crate::episode::parse_call;
 use crate::episode::Owner;
 use crate::gym::{BugFixEnv, Edit, EditKind, Family, Gym, Task, MAX_TURNS};
 use crate::mdp::{evaluate_policy, q_from_v, solve_linear, Mdp, Outcome};
-use crate::pg::{wrapper_config, Algorithm, Forward, Report};
+use crate::pg::{wrapper_config, Algorithm, Forward, Report, TabularSoftmax};
 use crate::policies::Policy;
 use crate::pretrain::{
     base_model, corpus_of, pretrain, save_model, PretrainConfig, Sequence, BASE,
@@ -499,8 +499,8 @@ pub enum ShapingCredit {
     RewardToGo,
 }
 
-/// The exact expected update direction of a softmax policy with logits
-/// `theta` [S][A] on `mdp` from `start`, discounted by `gamma`, when each
+/// The exact expected update direction of the tabular softmax policy
+/// `softmax` (Chapter 6) on `mdp` from `start`, discounted by `gamma`, when each
 /// turn's advantage is its return plus `weight` times its share of the
 /// potential `phi` (`shaping` None: the return alone, which gives ∇_θ J). Expected visits and
 /// action values come from linear solves, not samples:
@@ -508,13 +508,13 @@ pub enum ShapingCredit {
 /// with Q̃ the action value plus the turn's expected share of the shaping.
 pub fn shaped_gradient(
     mdp: &Mdp,
-    theta: &[Vec<f64>],
+    softmax: &TabularSoftmax,
     start: usize,
     gamma: f64,
     shaping: Option<(ShapingCredit, &[f64], f64)>,
 ) -> Vec<Vec<f64>> {
     let (n, m) = (mdp.n_states(), mdp.n_actions());
-    let policy = softmax_policy(theta); // [S][A]
+    let policy = softmax.policy(); // [S][A]
     let potential = |s: usize| match shaping {
         Some((_, phi, weight)) if !mdp.terminal[s] => weight * phi[s],
         _ => 0.0,
@@ -579,19 +579,6 @@ pub fn shaped_gradient(
         .collect()
 }
 
-/// π(a|s) = exp θ[s][a] / Σ_b exp θ[s][b], state by state.
-pub fn softmax_policy(theta: &[Vec<f64>]) -> Vec<Vec<f64>> {
-    theta
-        .iter()
-        .map(|row| {
-            let top = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let e: Vec<f64> = row.iter().map(|x| (x - top).exp()).collect();
-            let z: f64 = e.iter().sum();
-            e.iter().map(|x| x / z).collect()
-        })
-        .collect()
-}
-
 /// `steps` steps of exact gradient ascent with step size `lr` from uniform
 /// logits, each on [`shaped_gradient`]: where a credit rule leads a policy
 /// when sampling noise is taken away.
@@ -602,17 +589,17 @@ pub fn ascend_shaped(
     shaping: Option<(ShapingCredit, &[f64], f64)>,
     lr: f64,
     steps: usize,
-) -> Vec<Vec<f64>> {
-    let mut theta = vec![vec![0.0; mdp.n_actions()]; mdp.n_states()];
+) -> TabularSoftmax {
+    let mut softmax = TabularSoftmax::new(mdp.n_states(), mdp.n_actions());
     for _ in 0..steps {
-        let g = shaped_gradient(mdp, &theta, start, gamma, shaping);
-        for (row, grad) in theta.iter_mut().zip(&g) {
+        let g = shaped_gradient(mdp, &softmax, start, gamma, shaping);
+        for (row, grad) in softmax.theta.iter_mut().zip(&g) {
             for (x, dx) in row.iter_mut().zip(grad) {
                 *x += lr * dx;
             }
         }
     }
-    theta
+    softmax
 }
 // ANCHOR_END: shaping_credit
 
@@ -1342,22 +1329,24 @@ mod tests {
         let mdp = repair_mdp(Verifier::Hidden);
         let gamma = 0.9;
         let phi = [0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0];
-        let theta: Vec<Vec<f64>> = (0..mdp.n_states())
-            .map(|s| {
-                (0..mdp.n_actions())
-                    .map(|a| 0.3 * ((s * 5 + a) % 4) as f64 - 0.4)
-                    .collect()
-            })
-            .collect();
+        let theta = TabularSoftmax {
+            theta: (0..mdp.n_states())
+                .map(|s| {
+                    (0..mdp.n_actions())
+                        .map(|a| 0.3 * ((s * 5 + a) % 4) as f64 - 0.4)
+                        .collect()
+                })
+                .collect(),
+        };
         // Without shaping: the gradient of J(θ) = V^π(buggy), checked by central differences.
         let exact = shaped_gradient(&mdp, &theta, BUGGY, gamma, None);
         let value =
-            |theta: &[Vec<f64>]| evaluate_policy(&mdp, &softmax_policy(theta), gamma)[BUGGY];
+            |softmax: &TabularSoftmax| evaluate_policy(&mdp, &softmax.policy(), gamma)[BUGGY];
         for s in 0..4 {
             for a in 0..mdp.n_actions() {
                 let (mut up, mut down) = (theta.clone(), theta.clone());
-                up[s][a] += 1e-6;
-                down[s][a] -= 1e-6;
+                up.theta[s][a] += 1e-6;
+                down.theta[s][a] -= 1e-6;
                 let numeric = (value(&up) - value(&down)) / 2e-6;
                 assert!(
                     (numeric - exact[s][a]).abs() < 1e-7,
@@ -1392,7 +1381,7 @@ mod tests {
         assert!(gap(&myopic) > 0.05, "{}", gap(&myopic));
         // In the buggy file, myopic credit pays the rote answers as much as the fix: both make the public tests pass.
         let extra = |a: usize| myopic[BUGGY][a] - exact[BUGGY][a];
-        let pi = softmax_policy(&theta);
+        let pi = theta.policy();
         let per_probability = |a: usize| extra(a) / pi[BUGGY][a];
         assert!(per_probability(HARDCODE) > 0.0);
         assert!((per_probability(HARDCODE) - per_probability(SWAP)).abs() < 1e-12);

@@ -527,11 +527,11 @@ fn is_zero(n: &usize) -> bool {
 /// The weight decay of every run of the book, libtorch's AdamW default.
 pub const WEIGHT_DECAY: f64 = 0.01;
 
-fn default_weight_decay() -> f64 {
+pub(crate) fn default_weight_decay() -> f64 {
     WEIGHT_DECAY
 }
 
-fn is_default_weight_decay(decay: &f64) -> bool {
+pub(crate) fn is_default_weight_decay(decay: &f64) -> bool {
     *decay == WEIGHT_DECAY
 }
 
