@@ -320,9 +320,13 @@ mod tests {
             .map(|&h| dpo_weights(beta, h).0)
             .chain(h.iter().map(|&h| dpo_weights(beta, h).1))
             .collect();
-        let logp = sequence_logp(&forward(&policy, &batch).logp, &batch.mask); // [4], a fresh graph
-        let weighted = -(logp * Tensor::from_slice(&w)).sum(crate::book::REAL) / 2.0; // mean over the 2 pairs
-        let nll = gradient(&weighted);
+        // The one weighted log-likelihood, w on every action token of its episode, over the 2 pairs.
+        let logp = forward(&policy, &batch).logp; // [4, T], a fresh graph
+        let weights = crate::pg::per_token(&w, &batch.mask); // [4, T]
+        let pairs = Tensor::from(2.0);
+        let nll = gradient(&crate::pretrain::weighted_log_likelihood(
+            &logp, &weights, &pairs,
+        ));
         let norm = dpo.iter().map(|g| g * g).sum::<f64>().sqrt();
         let gap = dpo
             .iter()

@@ -12,6 +12,7 @@ use crate::agent::LmPolicy;
 use crate::book::REAL;
 use crate::gym::Task;
 use crate::mdp::{evaluate_policy, sample_episode, Mdp, Policy};
+use crate::pretrain::weighted_log_likelihood;
 use crate::rollout::{play, play_timed, progress, PlayTime, Played};
 use crate::stats::Streams;
 use crate::tinyagent::{KvCache, Sampling, TinyAgent};
@@ -21,9 +22,10 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::thread::{Scope, ScopedJoinHandle};
 use std::time::Instant;
 use tch::nn::OptimizerConfig;
 use tch::{nn, Kind, Tensor};
@@ -167,9 +169,9 @@ pub fn tabular_reinforce(
 ///
 /// loss = −Σ_{b,t} m_{b,t} A_{b,t} log π_θ(x_{b,t} | x_{b,<t}) / Σ_{b,t} m_{b,t}
 pub fn reinforce_loss(logp: &Tensor, mask: &Tensor, weights: &Tensor) -> Tensor {
-    // logp, mask, weights: [B, T]
-    let weighted = logp * mask * weights; // [B, T]
-    -weighted.sum(REAL) / mask.sum(REAL).clamp_min(1.0)
+    // logp, mask, weights: [B, T]; Chapter 4's weighted log-likelihood with w = m·A
+    let tokens = mask.sum(REAL).clamp_min(1.0);
+    weighted_log_likelihood(logp, &(mask * weights), &tokens)
 }
 
 /// One number per episode, `values` [B], spread over its action tokens: [B, T].
@@ -535,41 +537,6 @@ pub(crate) fn is_default_weight_decay(decay: &f64) -> bool {
     *decay == WEIGHT_DECAY
 }
 
-/// A number format for the sampler's copy of the weights: 32-bit floats, or
-/// weights rounded to bfloat16 (an 8-bit significand) and computed in 32 bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Precision {
-    F32,
-    BF16,
-}
-
-impl Precision {
-    pub fn kind(self) -> Kind {
-        match self {
-            Precision::F32 => Kind::Float,
-            Precision::BF16 => Kind::BFloat16,
-        }
-    }
-}
-
-/// A copy of `model`'s weights, in `precision` if one is given (see [`Precision`]).
-pub fn copy_model(model: &TinyAgent, precision: Option<Precision>) -> TinyAgent {
-    let mut copy = {
-        let _turn = crate::book::generator_turn(); // its random initialisation is overwritten; don't interleave with a seeded stretch
-        TinyAgent::new(model.config, model.device())
-    };
-    copy.vs.copy(&model.vs).expect("the same shapes");
-    if let Some(precision) = precision {
-        copy.vs.set_kind(precision.kind());
-        // bfloat16 weights compute in 32 bits: libtorch's bfloat16 matrix products
-        // take different code paths on different processors, 32-bit ones do not.
-        if precision == Precision::BF16 {
-            copy.vs.set_kind(Kind::Float);
-        }
-    }
-    copy
-}
-
 impl Schedule {
     /// Chapter 6's REINFORCE run: 24 iterations of 16 tasks × 4 episodes, one
     /// AdamW step each at 10⁻³; 2 episodes per held-out task every 4 iterations.
@@ -591,6 +558,11 @@ impl Schedule {
             max_grad_norm: None,
             weight_decay: WEIGHT_DECAY,
         }
+    }
+
+    /// The learning rate of `iteration`: linear from `lr` at the first to `lr_end` at the last.
+    pub fn learning_rate(&self, iteration: usize) -> f64 {
+        self.lr + (self.lr_end - self.lr) * iteration as f64 / self.iterations.max(1) as f64
     }
 
     /// The same schedule under another name and seed.
@@ -751,12 +723,13 @@ pub fn train(
 }
 
 /// After each iteration's metrics line: the iterations done, the model, the
-/// optimiser and the algorithm; `Ok(true)` stops the run there.
+/// optimiser and the algorithm; `Ok(true)` stops the run there (Chapter 19's
+/// resumable run saves its state here).
 type AfterIteration<'a, O> =
     dyn FnMut(usize, &TinyAgent, &O, &dyn Algorithm) -> Result<bool, String> + 'a;
 
-/// The loop itself, from the iteration after `done` (the records of the
-/// iterations already done), with `opt` stepping the weights.
+/// The loop itself (Algorithm 9.3), from the iteration after `done` (the
+/// records of the iterations already done), with `opt` stepping the weights.
 #[allow(clippy::too_many_arguments)]
 fn run_loop<O: Optimiser>(
     model: &mut TinyAgent,
@@ -771,7 +744,190 @@ fn run_loop<O: Optimiser>(
 ) -> Result<Vec<TrainRecord>, String> {
     let (train_tasks, held_out) = tasks;
     let streams = Streams::new(schedule.seed);
+    let mut metrics = start_run(run_dir, schedule, &*algorithm, done.len())?; // 1.
+    let player = Player {
+        bpe,
+        tasks: train_tasks,
+        streams: &streams,
+        schedule,
+    };
+    let bar = progress(schedule.iterations as u64, &schedule.name);
+    bar.set_position(done.len() as u64);
+    let mut records = done;
+    std::thread::scope(|scope| -> Result<(), String> {
+        // π_old: the learner's own weights, or a copy `staleness` versions behind (Chapter 13).
+        let mut samplers = Samplers::new(schedule.staleness);
+        for iteration in records.len()..=schedule.iterations {
+            let last = iteration == schedule.iterations;
+            // 2a. Held-out success, on the evaluation stream of this iteration.
+            let evaluate = schedule.eval_episodes > 0
+                && ((schedule.eval_every > 0 && iteration % schedule.eval_every == 0) || last);
+            let mut record = TrainRecord {
+                iteration,
+                episodes: iteration * schedule.tasks * schedule.group,
+                held_out_success: evaluate.then(|| {
+                    let mut rng = streams.evaluation(iteration);
+                    success_rate(model, bpe, held_out, schedule.eval_episodes, &mut rng)
+                }),
+                ..TrainRecord::default()
+            };
+            if !last {
+                opt.set_lr(schedule.learning_rate(iteration)); // 2c.
+                                                               // 2d. Rollout: K tasks × G episodes.
+                let (picks, played, time) =
+                    samplers.rollout(scope, &player, model, &mut *algorithm, iteration)?;
+                // 2e–h. Rewards, advantages, filters and E × M optimiser steps.
+                let learning = Instant::now();
+                let shuffle = streams.shuffle(iteration);
+                update(
+                    model,
+                    opt,
+                    &mut *algorithm,
+                    schedule,
+                    &played,
+                    shuffle,
+                    &mut record,
+                );
+                // 2i. What the rollout was, and where the time went.
+                describe_rollout(&mut record, &picks, &played, schedule.group);
+                record.time = Some(StepTime {
+                    generation: time.generation,
+                    environment: time.environment,
+                    learning: learning.elapsed().as_secs_f64(),
+                });
+                let n = iteration + 1;
+                if schedule.checkpoint_every > 0 && n % schedule.checkpoint_every == 0 {
+                    model.save(&run_dir.join(format!("iteration-{n:04}.safetensors")))?;
+                }
+                bar.inc(1);
+            }
+            let line = serde_json::to_string(&record).map_err(|err| err.to_string())?;
+            writeln!(metrics, "{line}").map_err(|err| format!("cannot write metrics: {err}"))?;
+            records.push(record);
+            if !last && after(iteration + 1, model, opt, &*algorithm)? {
+                bar.abandon();
+                return Ok(());
+            }
+        }
+        model.save(&run_dir.join("final.safetensors")) // 3.
+    })?;
+    bar.finish_and_clear();
+    Ok(records)
+}
+
+/// Steps 2e–2h of Algorithm 9.3 on one iteration's episodes: rewards,
+/// advantages and the episodes kept, then `epochs × minibatches` optimiser
+/// steps on the algorithm's loss. What it measured goes into `record`.
+fn update<O: Optimiser>(
+    model: &TinyAgent,
+    opt: &mut O,
+    algorithm: &mut dyn Algorithm,
+    schedule: &Schedule,
+    played: &[Played],
+    mut shuffle: StdRng,
+    record: &mut TrainRecord,
+) {
     let device = model.device();
+    let report = &mut record.extra;
+    let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
+    let trajectories = algorithm.trajectories(model, trajectories, report);
+    let rewards = algorithm.rewards(played, &trajectories, report); // R_b, [B]
+    let rollout = collate(&trajectories, device);
+    let advantages = algorithm.advantages(
+        model,
+        &trajectories,
+        &rollout,
+        &rewards,
+        schedule.group,
+        report,
+    ); // [B, T]
+    let mut chosen = algorithm.keep(played, schedule.group, report);
+    let (mut loss_sum, mut entropy_sum, mut norm_sum, mut steps, mut tokens_sum) =
+        (0.0, 0.0, 0.0, 0, 0);
+    for _ in 0..schedule.epochs {
+        chosen.shuffle(&mut shuffle);
+        for rows in chosen.chunks(chosen.len().div_ceil(schedule.minibatches).max(1)) {
+            let picked: Vec<Trajectory> = rows.iter().map(|&i| trajectories[i].clone()).collect();
+            let minibatch = collate(&picked, device);
+            let index = Tensor::from_slice(&rows.iter().map(|&i| i as i64).collect::<Vec<_>>());
+            let length = minibatch.ids.size()[1];
+            let adv = advantages
+                .index_select(0, &index.to_device(device))
+                .narrow(1, 0, length); // [B', T]
+            let forward = forward(model, &minibatch); // i.   log π_θ and entropy, [B', T]
+            let loss = algorithm.loss(&forward, &minibatch, &adv, rows, &mut record.extra); // ii–iv.
+            opt.zero_grad();
+            loss.backward();
+            let norm = gradient_norm(model); // v.   ‖g‖, recorded before clipping
+            if let Some(max) = schedule.max_grad_norm {
+                clip_gradient(model, norm, max);
+            }
+            opt.step(); // vi.  AdamW
+            let tokens = minibatch.mask.sum(REAL).double_value(&[]);
+            let entropy = (forward.entropy.detach() * &minibatch.mask).sum(REAL);
+            entropy_sum += entropy.double_value(&[]) / tokens.max(1.0);
+            loss_sum += loss.double_value(&[]);
+            norm_sum += norm;
+            (steps, tokens_sum) = (steps + 1, tokens_sum + tokens as usize);
+        }
+        if schedule.epochs > 1 {
+            record.per_epoch.push(record.extra.clone());
+        }
+    }
+    let per_step = |sum: f64| (steps > 0).then(|| sum / steps as f64);
+    record.loss = per_step(loss_sum);
+    record.entropy = per_step(entropy_sum);
+    record.grad_norm = per_step(norm_sum);
+    record.trained_episodes = Some(chosen.len());
+    record.trained_tokens = Some(tokens_sum);
+    record.sequence_tokens = Some(chosen.iter().map(|&i| trajectories[i].ids.len()).sum());
+    record.played_tokens = Some(trajectories.iter().map(|t| t.ids.len()).sum());
+}
+
+/// One iteration's rollout: the tasks drawn, the episodes played, and the time spent.
+type Rollout = (Vec<usize>, Vec<Played>, PlayTime);
+
+/// What a rollout needs besides the weights that sample: the training tasks,
+/// the tokenizer and the run's streams (which tasks and which tokens come
+/// from separate streams, so variants of a run draw the same tasks).
+struct Player<'a> {
+    bpe: &'a Bpe,
+    tasks: &'a [Task],
+    streams: &'a Streams,
+    schedule: &'a Schedule,
+}
+
+impl Player<'_> {
+    /// The training tasks of `iteration`, one per episode, groups consecutive.
+    fn draw(&self, algorithm: &mut dyn Algorithm, iteration: usize) -> Vec<usize> {
+        let (tasks, group) = (self.schedule.tasks, self.schedule.group);
+        let mut rng = self.streams.tasks(iteration);
+        algorithm.draw(self.tasks.len(), tasks, group, iteration, &mut rng)
+    }
+
+    /// `picks`' episodes played by `sampler` at temperature 1 on the sampling stream of `iteration`.
+    fn play(&self, sampler: &TinyAgent, iteration: usize, picks: Vec<usize>) -> Rollout {
+        let policy = LmPolicy {
+            model: sampler,
+            bpe: self.bpe,
+            sampling: Sampling::PURE,
+            max_action_tokens: 16,
+        };
+        let mut rng = self.streams.sampling(iteration);
+        let (played, time) =
+            play_timed(&policy, self.tasks, &picks, crate::gym::MAX_TURNS, &mut rng);
+        (picks, played, time)
+    }
+}
+
+/// Writes the schedule (and the algorithm's configuration) to `run_dir` and
+/// opens its metrics file: new, or appended to after `resumed` iterations.
+fn start_run(
+    run_dir: &Path,
+    schedule: &Schedule,
+    algorithm: &dyn Algorithm,
+    resumed: usize,
+) -> Result<std::fs::File, String> {
     std::fs::create_dir_all(run_dir)
         .map_err(|err| format!("cannot create {}: {err}", run_dir.display()))?;
     let json = serde_json::to_string_pretty(schedule).map_err(|err| err.to_string())?;
@@ -781,244 +937,24 @@ fn run_loop<O: Optimiser>(
         std::fs::write(run_dir.join("config.json"), config)
             .map_err(|err| format!("cannot write the config: {err}"))?;
     }
-    // A resumed run keeps the lines of the iterations it has done and appends.
-    let first = done.len();
-    let mut metrics = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .create(true)
         .write(true)
-        .append(first > 0)
-        .truncate(first == 0)
+        .append(resumed > 0)
+        .truncate(resumed == 0)
         .open(run_dir.join("metrics.jsonl"))
-        .map_err(|err| format!("cannot write metrics: {err}"))?;
-    let bar = progress(schedule.iterations as u64, &schedule.name);
-    bar.set_position(first as u64);
-    let mut records = done;
-    // The weights that sample (Chapter 13): the learner's own, or copies of
-    // the versions still needed (`staleness` behind),
-    // oldest first, each tagged with the iterations completed when copied.
-    let copies = schedule.staleness > 0;
-    let mut versions: std::collections::VecDeque<(usize, TinyAgent)> =
-        std::collections::VecDeque::new();
-    // Rollout: which tasks and which tokens come from separate streams.
-    let play_with = |sampler: &TinyAgent, iteration: usize, picks: Vec<usize>| {
-        let policy = LmPolicy {
-            model: sampler,
-            bpe,
-            sampling: Sampling::PURE,
-            max_action_tokens: 16,
-        };
-        let (played, time) = play_timed(
-            &policy,
-            train_tasks,
-            &picks,
-            crate::gym::MAX_TURNS,
-            &mut streams.sampling(iteration),
-        );
-        (picks, played, time)
-    };
-    std::thread::scope(|scope| -> Result<(), String> {
-        // The next iteration's rollout, when it runs on a second thread while this iteration learns.
-        let mut pending = None;
-        for iteration in first..=schedule.iterations {
-            let last_line = iteration == schedule.iterations;
-            let evaluate = schedule.eval_episodes > 0
-                && ((schedule.eval_every > 0 && iteration % schedule.eval_every == 0) || last_line);
-            let held_out_success = evaluate.then(|| {
-                success_rate(
-                    model,
-                    bpe,
-                    held_out,
-                    schedule.eval_episodes,
-                    &mut streams.evaluation(iteration),
-                )
-            });
-            let mut record = TrainRecord {
-                iteration,
-                episodes: iteration * schedule.tasks * schedule.group,
-                held_out_success,
-                ..TrainRecord::default()
-            };
-            if !last_line {
-                opt.set_lr(
-                    schedule.lr
-                        + (schedule.lr_end - schedule.lr) * iteration as f64
-                            / schedule.iterations.max(1) as f64,
-                );
-                if copies {
-                    versions.push_back((iteration, copy_model(model, None)));
-                    while versions
-                        .front()
-                        .is_some_and(|(v, _)| *v < iteration.saturating_sub(schedule.staleness))
-                    {
-                        versions.pop_front();
-                    }
-                }
-                // Iteration j samples with the weights of version j − staleness (the first ones with version 0).
-                let sampler_for = |j: usize| {
-                    versions
-                        .iter()
-                        .find(|(v, _)| *v == j.saturating_sub(schedule.staleness))
-                        .map(|(_, m)| m)
-                        .expect("a kept version")
-                };
-                let draw = |algorithm: &mut dyn Algorithm, j: usize| {
-                    algorithm.draw(
-                        train_tasks.len(),
-                        schedule.tasks,
-                        schedule.group,
-                        j,
-                        &mut streams.tasks(j),
-                    )
-                };
-                let (
-                    picks,
-                    played,
-                    PlayTime {
-                        generation,
-                        environment,
-                    },
-                ) = match pending.take() {
-                    Some(rollout) => std::thread::ScopedJoinHandle::join(rollout)
-                        .map_err(|_| "the rollout thread panicked".to_string())?,
-                    None if copies => play_with(
-                        sampler_for(iteration),
-                        iteration,
-                        draw(&mut *algorithm, iteration),
-                    ),
-                    None => play_with(model, iteration, draw(&mut *algorithm, iteration)),
-                };
-                // With stale weights the next iteration's sampler exists already, so
-                // its episodes are played on a second thread while this iteration
-                // learns: the same episodes as playing them later, sooner.
-                if schedule.staleness > 0 && iteration + 1 < schedule.iterations {
-                    let sampler = copy_model(sampler_for(iteration + 1), None); // a thread's own copy (a tensor is not Sync)
-                    let picks = draw(&mut *algorithm, iteration + 1);
-                    pending = Some(scope.spawn(move || play_with(&sampler, iteration + 1, picks)));
-                }
-                let learning = Instant::now();
-                let trajectories = algorithm.trajectories(
-                    model,
-                    played.iter().map(Trajectory::from_played).collect(),
-                    &mut record.extra,
-                );
-                // Reward, advantage (once per rollout), and the episodes that get a loss.
-                let rewards = algorithm.rewards(&played, &trajectories, &mut record.extra);
-                let rollout = collate(&trajectories, device);
-                let advantages = algorithm.advantages(
-                    model,
-                    &trajectories,
-                    &rollout,
-                    &rewards,
-                    schedule.group,
-                    &mut record.extra,
-                ); // [N, T]
-                let mut chosen = algorithm.keep(&played, schedule.group, &mut record.extra);
-                // Update: epochs × minibatches steps on the masked loss.
-                let (
-                    mut shuffle,
-                    mut loss_sum,
-                    mut entropy_sum,
-                    mut grad_norm_sum,
-                    mut steps,
-                    mut trained_tokens,
-                ) = (streams.shuffle(iteration), 0.0, 0.0, 0.0, 0, 0);
-                for _ in 0..schedule.epochs {
-                    chosen.shuffle(&mut shuffle);
-                    for rows in chosen.chunks(chosen.len().div_ceil(schedule.minibatches).max(1)) {
-                        let picked: Vec<Trajectory> =
-                            rows.iter().map(|&i| trajectories[i].clone()).collect();
-                        let minibatch = collate(&picked, device);
-                        let index =
-                            Tensor::from_slice(&rows.iter().map(|&i| i as i64).collect::<Vec<_>>())
-                                .to_device(device);
-                        let adv = advantages.index_select(0, &index).narrow(
-                            1,
-                            0,
-                            minibatch.ids.size()[1],
-                        ); // [b, T]
-                        let forward = forward(model, &minibatch);
-                        let loss =
-                            algorithm.loss(&forward, &minibatch, &adv, rows, &mut record.extra);
-                        // AdamW's step, with the gradient's norm read (and clipped, if the
-                        // schedule says so) before it is applied.
-                        opt.zero_grad();
-                        loss.backward();
-                        let norm = gradient_norm(model);
-                        if let Some(max) = schedule.max_grad_norm {
-                            clip_gradient(model, norm, max);
-                        }
-                        grad_norm_sum += norm;
-                        opt.step();
-                        let tokens = minibatch.mask.sum(REAL).double_value(&[]);
-                        entropy_sum += (forward.entropy.detach() * &minibatch.mask)
-                            .sum(REAL)
-                            .double_value(&[])
-                            / tokens.max(1.0);
-                        loss_sum += loss.double_value(&[]);
-                        (steps, trained_tokens) = (steps + 1, trained_tokens + tokens as usize);
-                    }
-                    if schedule.epochs > 1 {
-                        record.per_epoch.push(record.extra.clone());
-                    }
-                }
-                record.tasks = Some(
-                    picks
-                        .iter()
-                        .step_by(schedule.group.max(1))
-                        .copied()
-                        .collect(),
-                );
-                record.train_success =
-                    Some(played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64);
-                record.trained_episodes = Some(chosen.len());
-                record.loss = (steps > 0).then(|| loss_sum / steps as f64);
-                record.entropy = (steps > 0).then(|| entropy_sum / steps as f64);
-                record.grad_norm = (steps > 0).then(|| grad_norm_sum / steps as f64);
-                record.generated_tokens = Some(
-                    played
-                        .iter()
-                        .map(|p| p.segments.iter().map(|s| s.logprobs.len()).sum::<usize>())
-                        .sum(),
-                );
-                record.trained_tokens = Some(trained_tokens);
-                record.sequence_tokens =
-                    Some(chosen.iter().map(|&i| trajectories[i].ids.len()).sum());
-                record.played_tokens = Some(trajectories.iter().map(|t| t.ids.len()).sum());
-                let turns: usize = played.iter().map(|p| p.actions.len()).sum();
-                record.malformed_turns = Some(
-                    played.iter().map(|p| p.parse_errors).sum::<usize>() as f64
-                        / turns.max(1) as f64,
-                );
-                record.time = Some(StepTime {
-                    generation,
-                    environment,
-                    learning: learning.elapsed().as_secs_f64(),
-                });
-                if schedule.checkpoint_every > 0 && (iteration + 1) % schedule.checkpoint_every == 0
-                {
-                    model.save(
-                        &run_dir.join(format!("iteration-{:04}.safetensors", iteration + 1)),
-                    )?;
-                }
-                bar.inc(1);
-            }
-            writeln!(
-                metrics,
-                "{}",
-                serde_json::to_string(&record).map_err(|err| err.to_string())?
-            )
-            .map_err(|err| format!("cannot write metrics: {err}"))?;
-            records.push(record);
-            if !last_line && after(iteration + 1, model, opt, &*algorithm)? {
-                bar.abandon();
-                return Ok(());
-            }
-        }
-        model.save(&run_dir.join("final.safetensors"))?;
-        Ok(())
-    })?;
-    bar.finish_and_clear();
-    Ok(records)
+        .map_err(|err| format!("cannot write metrics: {err}"))
+}
+
+/// The rollout's part of a metrics line: tasks, training success, tokens sampled, malformed turns.
+fn describe_rollout(record: &mut TrainRecord, picks: &[usize], played: &[Played], group: usize) {
+    record.tasks = Some(picks.iter().step_by(group.max(1)).copied().collect());
+    record.train_success = Some(played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64);
+    let sampled = |p: &Played| p.segments.iter().map(|s| s.logprobs.len()).sum::<usize>();
+    record.generated_tokens = Some(played.iter().map(sampled).sum());
+    let turns: usize = played.iter().map(|p| p.actions.len()).sum();
+    let malformed: usize = played.iter().map(|p| p.parse_errors).sum();
+    record.malformed_turns = Some(malformed as f64 / turns.max(1) as f64);
 }
 
 /// The L2 norm of the gradient over all of `model`'s weights (0 for weights without one).
@@ -1067,6 +1003,114 @@ pub fn read_records(path: &Path) -> Result<Vec<TrainRecord>, String> {
         .collect()
 }
 // ANCHOR_END: train
+
+// ANCHOR: stale
+/// A number format for the sampler's copy of the weights: 32-bit floats, or
+/// weights rounded to bfloat16 (an 8-bit significand) and computed in 32 bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Precision {
+    F32,
+    BF16,
+}
+
+impl Precision {
+    pub fn kind(self) -> Kind {
+        match self {
+            Precision::F32 => Kind::Float,
+            Precision::BF16 => Kind::BFloat16,
+        }
+    }
+}
+
+/// A copy of `model`'s weights, in `precision` if one is given (see [`Precision`]).
+pub fn copy_model(model: &TinyAgent, precision: Option<Precision>) -> TinyAgent {
+    let mut copy = {
+        let _turn = crate::book::generator_turn(); // its random initialisation is overwritten; don't interleave with a seeded stretch
+        TinyAgent::new(model.config, model.device())
+    };
+    copy.vs.copy(&model.vs).expect("the same shapes");
+    if let Some(precision) = precision {
+        copy.vs.set_kind(precision.kind());
+        // bfloat16 weights compute in 32 bits: libtorch's bfloat16 matrix products
+        // take different code paths on different processors, 32-bit ones do not.
+        if precision == Precision::BF16 {
+            copy.vs.set_kind(Kind::Float);
+        }
+    }
+    copy
+}
+
+/// The weights that sample each iteration's episodes, π_old (Chapter 13).
+/// On-policy (`staleness` 0) they are the learner's own. Otherwise iteration
+/// i samples with a copy of the weights as they were after iteration
+/// i − staleness (the first iterations with the initial ones), and since the
+/// next iteration's sampler exists already, its episodes are played on a
+/// second thread while this iteration learns: the same episodes a sequential
+/// loop would play later, sooner.
+struct Samplers<'scope> {
+    staleness: usize,
+    /// Copies of the versions still needed, oldest first, each tagged with
+    /// the iterations completed when it was copied.
+    versions: VecDeque<(usize, TinyAgent)>,
+    /// The next iteration's rollout, running on the second thread.
+    pending: Option<ScopedJoinHandle<'scope, Rollout>>,
+}
+
+impl<'scope> Samplers<'scope> {
+    fn new(staleness: usize) -> Self {
+        Samplers {
+            staleness,
+            versions: VecDeque::new(),
+            pending: None,
+        }
+    }
+
+    /// The copy that samples iteration j: version j − staleness.
+    fn version(&self, j: usize) -> &TinyAgent {
+        let wanted = j.saturating_sub(self.staleness);
+        let kept = self.versions.iter().find(|(v, _)| *v == wanted);
+        &kept.expect("a kept version").1
+    }
+
+    /// Iteration `iteration`'s rollout (`model` holds the learner's weights
+    /// after `iteration` iterations).
+    fn rollout<'env>(
+        &mut self,
+        scope: &'scope Scope<'scope, 'env>,
+        player: &'scope Player<'_>,
+        model: &TinyAgent,
+        algorithm: &mut dyn Algorithm,
+        iteration: usize,
+    ) -> Result<Rollout, String> {
+        if self.staleness == 0 {
+            return Ok(player.play(model, iteration, player.draw(algorithm, iteration)));
+        }
+        self.versions
+            .push_back((iteration, copy_model(model, None)));
+        let oldest = iteration.saturating_sub(self.staleness);
+        while self.versions.front().is_some_and(|(v, _)| *v < oldest) {
+            self.versions.pop_front();
+        }
+        let rollout = match self.pending.take() {
+            Some(thread) => thread
+                .join()
+                .map_err(|_| "the rollout thread panicked".to_string())?,
+            None => player.play(
+                self.version(iteration),
+                iteration,
+                player.draw(algorithm, iteration),
+            ),
+        };
+        let next = iteration + 1;
+        if next < player.schedule.iterations {
+            let sampler = copy_model(self.version(next), None); // the thread's own copy (a tensor is not Sync)
+            let picks = player.draw(algorithm, next);
+            self.pending = Some(scope.spawn(move || player.play(&sampler, next, picks)));
+        }
+        Ok(rollout)
+    }
+}
+// ANCHOR_END: stale
 
 // ANCHOR: adamw
 /// AdamW written out (Loshchilov and Hutter's decoupled weight decay, with

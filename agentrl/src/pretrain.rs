@@ -179,11 +179,11 @@ fn next_token_steps(
         let logits = model.logits(&ids, &valid).narrow(1, 0, t - 1); // [B, T-1, V]
         let targets = ids.narrow(1, 1, t - 1); // [B, T-1]
         let w = weights.narrow(1, 1, t - 1); // [B, T-1], 0 on padding
-        let nll = -logits
+        let logp = logits
             .log_softmax(-1, REAL)
             .gather(-1, &targets.unsqueeze(-1), false)
             .squeeze_dim(-1); // [B, T-1]
-        let loss = (nll * &w).sum(REAL) / w.sum(REAL);
+        let loss = weighted_log_likelihood(&logp, &w, &w.sum(REAL));
         opt.backward_step(&loss);
         losses.push(loss.double_value(&[]));
         bar.inc(1);
@@ -209,6 +209,22 @@ pub fn pad_right(rows: &[&[u32]], device: Device) -> (Tensor, Tensor) {
         Tensor::from_slice(&valid).view(shape).to_device(device),
     )
 }
+// ANCHOR: likelihood
+/// The loss of every method that raises some tokens' log-probabilities and
+/// lowers others' (Chapter 15's table): the weighted negative log-likelihood
+///
+/// loss = −Σ_{b,t} w_{b,t} log π_θ(x_{b,t} | x_{b,<t}) / n,
+///
+/// with `logp` [B, T] the log-probs of the tokens, `weights` [B, T] (0 where
+/// a token takes no part) and `n` a scalar tensor, the normaliser. Pretraining
+/// and SFT weigh a token by its owner and divide by the weights' sum;
+/// REINFORCE and RFT (Chapter 6's `reinforce_loss`) weigh an action token by
+/// its episode's advantage, or 1, and divide by the action tokens; DPO's
+/// gradient is this one's with the weights of Section 15.1.
+pub fn weighted_log_likelihood(logp: &Tensor, weights: &Tensor, n: &Tensor) -> Tensor {
+    -(logp * weights).sum(REAL) / n // a scalar
+}
+// ANCHOR_END: likelihood
 // ANCHOR_END: pretrain
 
 /// `steps` on `model`, or, within the test command, the same run read back
