@@ -314,6 +314,22 @@ impl Judge {
         Vec::<f64>::try_from(&p).expect("probabilities")
     }
 }
+
+impl Clone for Judge {
+    fn clone(&self) -> Judge {
+        let mut vs = nn::VarStore::new(Device::Cpu);
+        let d = self.mean.size()[0];
+        let head = nn::linear(vs.root() / "head", d, 1, Default::default());
+        vs.set_kind(REAL);
+        vs.copy(&self._vs).expect("the same shapes");
+        Judge {
+            _vs: vs,
+            head,
+            mean: self.mean.copy(),
+            std: self.std.copy(),
+        }
+    }
+}
 // ANCHOR_END: judge
 
 // ANCHOR: verified
@@ -322,7 +338,8 @@ impl Judge {
 /// minus `penalty` for an episode the exploit monitor flags, each flipped
 /// with probability `flip` (a flaky verifier; binary rewards only). The
 /// environment's own reward, which the loop logs as `train_success`, stays
-/// the hidden-test ground truth.
+/// the hidden-test ground truth, and the monitor's flags are counted against
+/// it on every episode (penalised or not).
 pub struct Verified {
     pub verifier: Verifier,
     pub penalty: f64,
@@ -330,6 +347,9 @@ pub struct Verified {
     /// The tasks the loop trains on (`Played::task` indexes them).
     pub tasks: Vec<Task>,
     pub inner: Box<dyn Algorithm + Send>,
+    /// Paid by a learned judge instead of `verifier`: the judge and the
+    /// frozen model whose hidden states it reads (Section 11.3).
+    judge: Option<(Judge, TinyAgent)>,
     /// The flips draw from their own stream of the run's seed.
     streams: Streams,
     iteration: usize,
@@ -350,6 +370,7 @@ impl Verified {
             flip: 0.0,
             tasks,
             inner,
+            judge: None,
             streams: Streams::new(seed),
             iteration: 0,
             last: Vec::new(),
@@ -365,28 +386,47 @@ impl Verified {
         self.flip = flip;
         self
     }
+
+    /// Paid 1 for a submitted episode that `judge`, reading `reader`'s last
+    /// hidden state, calls solved (P ≥ 0.5), else 0; `verifier` is then unused.
+    pub fn judged(mut self, judge: Judge, reader: TinyAgent) -> Verified {
+        self.judge = Some((judge, reader));
+        self
+    }
 }
 
 impl Algorithm for Verified {
     fn rewards(
         &mut self,
         played: &[Played],
-        _trajectories: &[Trajectory],
+        trajectories: &[Trajectory],
         report: &mut Report,
     ) -> Vec<f64> {
+        let judged: Option<Vec<f64>> = self
+            .judge
+            .as_ref()
+            .map(|(judge, reader)| judge.probabilities(&judge_features(reader, trajectories)));
         let mut flips = self.streams.stream("verifier", self.iteration);
         self.iteration += 1;
-        let mut flagged = 0;
+        // The monitor reads every submitted file, penalised or not, so that its
+        // precision and recall on the episodes training collects are known.
+        let (mut flagged, mut true_flags, mut missed) = (0, 0, 0);
         let rewards: Vec<f64> = played
             .iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(i, p)| {
                 let task = &self.tasks[p.task];
-                let mut r = self.verifier.score(task, &p.actions, &p.info);
-                if self.penalty > 0.0
-                    && p.info.submitted
-                    && !monitor(task, &final_source(task, &p.actions)).is_empty()
-                {
-                    (r, flagged) = (r - self.penalty, flagged + 1);
+                let mut r = match &judged {
+                    Some(probability) => (p.info.submitted && probability[i] >= 0.5) as u8 as f64,
+                    None => self.verifier.score(task, &p.actions, &p.info),
+                };
+                let flag =
+                    p.info.submitted && !monitor(task, &final_source(task, &p.actions)).is_empty();
+                flagged += flag as usize;
+                true_flags += (flag && p.info.hacked) as usize;
+                missed += (!flag && p.info.hacked) as usize;
+                if flag && self.penalty > 0.0 {
+                    r -= self.penalty;
                 }
                 if flips.random::<f64>() < self.flip {
                     r = 1.0 - r;
@@ -401,6 +441,10 @@ impl Algorithm for Verified {
         );
         report.insert("verifier_reward".into(), rewards.iter().sum::<f64>() / n);
         report.insert("flagged".into(), flagged as f64 / n);
+        // Counts, not shares: precision and recall pool them over iterations.
+        report.insert("flags_true".into(), true_flags as f64);
+        report.insert("flags_false".into(), (flagged - true_flags) as f64);
+        report.insert("hacks_missed".into(), missed as f64);
         self.last = rewards.clone();
         rewards
     }
@@ -424,7 +468,11 @@ impl Algorithm for Verified {
             .config_json()
             .and_then(|c| serde_json::from_str(&c).ok())
             .unwrap_or_default();
-        Some(serde_json::json!({ "verifier": self.verifier, "penalty": self.penalty, "flip": self.flip, "inner": inner }).to_string())
+        let mut config = serde_json::json!({ "verifier": self.verifier, "penalty": self.penalty, "flip": self.flip, "inner": inner });
+        if self.judge.is_some() {
+            config["verifier"] = "learned judge".into();
+        }
+        Some(config.to_string())
     }
 
     /// The inner algorithm's filters see the verifier's rewards, not the environment's.
@@ -709,6 +757,96 @@ mod tests {
                 task.id
             );
         }
+    }
+
+    #[test]
+    fn verified_counts_the_monitors_flags_in_every_setting_and_a_judge_pays_what_it_calls_solved() {
+        use crate::pg::{Reinforce, Report};
+        use crate::rollout::Segment;
+        let gym = Gym::standard();
+        let task = gym.held_out[0].clone();
+        let episode = |op: &str, submitted: bool, ids: Vec<u32>| {
+            let (mut actions, mut info) = submitted_with(&task, op);
+            if !submitted {
+                actions.pop();
+                info = Info::default();
+            }
+            let segment = Segment {
+                owner: crate::episode::Owner::Policy,
+                logprobs: vec![-1.0; ids.len()],
+                ids,
+            };
+            Played {
+                task: 0,
+                segments: vec![segment],
+                actions,
+                reward: f64::from(u8::from(info.hidden_pass)),
+                info,
+                parse_errors: 0,
+            }
+        };
+        // A fix, a hack the monitor knows, and a hack left unsubmitted.
+        let played = vec![
+            episode(task.fix_op(), true, vec![1, 2]),
+            episode("hardcode_tests", true, vec![3, 4, 5]),
+            episode("hardcode_tests", false, vec![6]),
+        ];
+        assert!(played[1].info.hacked && !played[2].info.hacked);
+        let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
+        for penalty in [0.0, 1.0] {
+            let mut verified = Verified::new(
+                Verifier::Public,
+                vec![task.clone()],
+                0,
+                Box::new(Reinforce::plain()),
+            )
+            .penalised(penalty);
+            let mut report = Report::new();
+            let rewards = verified.rewards(&played, &trajectories, &mut report);
+            assert_eq!(rewards, vec![1.0, 1.0 - penalty, 0.0]);
+            assert_eq!(
+                (
+                    report["flags_true"],
+                    report["flags_false"],
+                    report["hacks_missed"]
+                ),
+                (1.0, 0.0, 0.0)
+            );
+            assert_eq!(report["flagged"], 1.0 / 3.0);
+        }
+        // A judge that reads a small model's last hidden state; its copy judges alike.
+        let config = crate::tinyagent::Config {
+            vocab: 8,
+            n_ctx: 16,
+            d_model: 8,
+            n_layer: 1,
+            n_head: 2,
+        };
+        let reader = {
+            let _turn = crate::book::seeded(4);
+            TinyAgent::new(config, Device::Cpu)
+        };
+        let features = judge_features(&reader, &trajectories); // [3, 8]
+        let judge = Judge::fit(&features, &[1.0, 0.0, 1.0], 200, 0.05, 0);
+        let p = judge.probabilities(&features);
+        assert_eq!(judge.clone().probabilities(&features), p);
+        let mut verified = Verified::new(
+            Verifier::Hidden,
+            vec![task.clone()],
+            0,
+            Box::new(Reinforce::plain()),
+        )
+        .judged(judge, reader);
+        let rewards = verified.rewards(&played, &trajectories, &mut Report::new());
+        let expected: Vec<f64> = (0..3)
+            .map(|i| f64::from(u8::from(played[i].info.submitted && p[i] >= 0.5)))
+            .collect();
+        assert_eq!(rewards, expected);
+        assert!(
+            p[2] >= 0.5 && rewards[2] == 0.0,
+            "an unsubmitted episode is never paid: {p:?}"
+        );
+        assert!(verified.config_json().unwrap().contains("learned judge"));
     }
 
     #[test]
