@@ -717,9 +717,14 @@ impl Algorithm for Overlong {
 /// advantage, every action token of turn t gets `weight` × (Φ(s_{t+1}) − Φ(s_t)),
 /// where Φ is the fraction of public tests the file passes ([`public_fraction`]):
 /// the progress its own turn made, positive or negative, and nothing for the
-/// turns after it. Also reports the share of turns that changed Φ.
+/// turns after it (`ShapingCredit::Myopic`). With `ShapingCredit::RewardToGo`
+/// the turn gets instead the sum of those terms from t to the end with Φ = 0
+/// at the end, `weight` × (−Φ(s_t)): a baseline of the state the turn starts
+/// from. Also reports the share of turns that changed Φ and the share that
+/// raised it with a distractor edit (progress that is not part of the fix).
 pub struct TurnCredit {
     pub weight: f64,
+    pub rule: ShapingCredit,
     /// The tasks the training loop plays (the episodes' `task` indexes these).
     pub tasks: Vec<Task>,
     pub inner: Box<dyn Algorithm + Send>,
@@ -731,9 +736,18 @@ impl TurnCredit {
     pub fn new(weight: f64, tasks: Vec<Task>, inner: Box<dyn Algorithm + Send>) -> TurnCredit {
         TurnCredit {
             weight,
+            rule: ShapingCredit::Myopic,
             tasks,
             inner,
             credit: Vec::new(),
+        }
+    }
+
+    /// The same credit with the shaping's reward-to-go instead of each turn's own progress.
+    pub fn reward_to_go(self) -> TurnCredit {
+        TurnCredit {
+            rule: ShapingCredit::RewardToGo,
+            ..self
         }
     }
 }
@@ -759,19 +773,33 @@ impl Algorithm for TurnCredit {
         trajectories: &[Trajectory],
         report: &mut Report,
     ) -> Vec<f64> {
-        let (mut turns, mut moved) = (0, 0);
+        let (mut turns, mut moved, mut greedy) = (0, 0, 0);
         self.credit = played
             .iter()
             .map(|p| {
-                let progress = turn_progress(&self.tasks[p.task], &p.actions);
+                let task = &self.tasks[p.task];
+                let progress = turn_progress(task, &p.actions);
                 turns += progress.len();
                 moved += progress.iter().filter(|d| **d != 0.0).count();
-                let mut turn = 0;
-                let mut credit = Vec::new();
+                let kind = |action: &String| {
+                    let call = parse_call(action).filter(|call| call.tool == "edit")?;
+                    task.op(call.arg.as_deref()?).map(|op| op.kind)
+                };
+                greedy += (progress.iter().zip(&p.actions))
+                    .filter(|(d, a)| **d > 0.0 && kind(a) == Some(EditKind::Distractor))
+                    .count();
+                // Φ(s_t) before each turn, for the reward-to-go rule.
+                let mut phi = public_fraction(task, &task.source);
+                let (mut turn, mut credit) = (0, Vec::new());
                 for segment in &p.segments {
                     let value = if segment.owner == Owner::Policy {
                         turn += 1;
-                        self.weight * progress[turn - 1]
+                        let before = phi;
+                        phi += progress[turn - 1];
+                        match self.rule {
+                            ShapingCredit::Myopic => self.weight * progress[turn - 1],
+                            ShapingCredit::RewardToGo => -self.weight * before,
+                        }
                     } else {
                         0.0
                     };
@@ -781,6 +809,10 @@ impl Algorithm for TurnCredit {
             })
             .collect();
         report.insert("progress_turns".into(), moved as f64 / turns.max(1) as f64);
+        report.insert(
+            "distractor_progress".into(),
+            greedy as f64 / turns.max(1) as f64,
+        );
         self.inner.rewards(played, trajectories, report)
     }
 
@@ -814,7 +846,11 @@ impl Algorithm for TurnCredit {
             .config_json()
             .and_then(|c| serde_json::from_str(&c).ok())
             .unwrap_or_default();
-        Some(serde_json::json!({ "turn_credit_weight": self.weight, "inner": inner }).to_string())
+        let mut config = serde_json::json!({ "turn_credit_weight": self.weight, "inner": inner });
+        if self.rule == ShapingCredit::RewardToGo {
+            config["turn_credit_rule"] = "reward-to-go".into();
+        }
+        Some(config.to_string())
     }
 
     fn keep(&mut self, played: &[Played], group: usize, report: &mut Report) -> Vec<usize> {
@@ -1020,7 +1056,7 @@ mod tests {
     static GYM: LazyLock<Gym> = LazyLock::new(Gym::standard);
 
     #[test]
-    fn turn_credit_pays_each_turn_its_own_progress_on_its_own_tokens() {
+    fn turn_credit_pays_each_turn_its_own_progress_or_the_shaping_reward_to_go() {
         use crate::pg::Reinforce;
         use crate::trajectory::collate;
         let task = GYM.train[0].clone();
@@ -1095,23 +1131,38 @@ mod tests {
                 tch::Device::Cpu,
             )
         };
-        let mut credit = TurnCredit::new(0.5, vec![task], Box::new(Reinforce::plain()));
         let mut report = Report::new();
-        let rewards = credit.rewards(&played, &trajectories, &mut report);
-        let advantages = Vec::<f64>::try_from(
-            credit
-                .advantages(&model, &trajectories, &rollout, &rewards, 1, &mut report)
-                .view([-1]),
-        )
-        .unwrap();
+        let mut advantages_under = |mut credit: TurnCredit| {
+            let rewards = credit.rewards(&played, &trajectories, &mut report);
+            let advantages =
+                credit.advantages(&model, &trajectories, &rollout, &rewards, 1, &mut report);
+            Vec::<f64>::try_from(advantages.view([-1])).unwrap()
+        };
+        let credit = || TurnCredit::new(0.5, vec![task.clone()], Box::new(Reinforce::plain()));
+        let (myopic, reward_to_go) = (
+            advantages_under(credit()),
+            advantages_under(credit().reward_to_go()),
+        );
         let mut expected = vec![0.0; 3];
         for d in &progress {
             expected.extend([1.0 + 0.5 * d, 1.0 + 0.5 * d, 0.0]);
         }
-        assert_eq!(advantages, expected);
+        assert_eq!(myopic, expected);
         assert_eq!(
             report["progress_turns"],
             progress.iter().filter(|d| **d != 0.0).count() as f64 / 4.0
+        );
+        // The reward-to-go rule: −0.5 Φ(s_t), Φ before each turn, on the same episode.
+        let mut expected = vec![0.0; 3];
+        let mut phi = start;
+        for d in &progress {
+            expected.extend([1.0 - 0.5 * phi, 1.0 - 0.5 * phi, 0.0]);
+            phi += d;
+        }
+        assert_eq!(reward_to_go, expected);
+        assert!(
+            start > 0.0 && start < 1.0,
+            "a file that passes some public tests: {start}"
         );
     }
 
