@@ -801,28 +801,7 @@ impl ViewedEpisode {
         line: &crate::exchange::Line,
         advantage: f64,
     ) -> ViewedEpisode {
-        let owners: Vec<Owner> = line
-            .action_mask
-            .iter()
-            .enumerate()
-            .map(|(i, &m)| {
-                if m == 1 {
-                    Owner::Policy
-                } else if i < line.prompt_len {
-                    Owner::Prompt
-                } else {
-                    Owner::Env
-                }
-            })
-            .collect();
-        let trajectory = Trajectory {
-            task: line.task,
-            ids: line.ids.clone(),
-            owners,
-            logprobs: line.logprobs.clone(),
-            reward: line.reward,
-            info: line.info,
-        };
+        let trajectory = line.trajectory();
         let advantages: Vec<f64> = line
             .action_mask
             .iter()

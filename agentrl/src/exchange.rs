@@ -2,45 +2,101 @@
 //! that episodes played here can be read by another trainer and episodes
 //! played elsewhere can be trained on here. A line holds the token stream as
 //! the policy saw and wrote it, the action mask, the sampling log-probs, the
-//! reward and the outcome, and the policy version that sampled it; reading
-//! checks every invariant the training loop relies on and names the line
-//! that breaks one.
+//! reward and the outcome, the group it belongs to, the tokenizer, template
+//! and sampling settings that produced it, and the policy version of every
+//! action token; reading checks every invariant the training loop relies on
+//! and names the line that breaks one.
 
+use crate::book::{fnv1a, FNV_START};
 use crate::episode::Owner;
 use crate::gym::Info;
+use crate::tinyagent::Sampling;
+use crate::tokenizer::{render, Bpe};
 use crate::trajectory::Trajectory;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::path::Path;
 
 /// The format's name and version, the first field of every line.
-pub const FORMAT: &str = "agentrl-trajectory/1";
+pub const FORMAT: &str = "agentrl-trajectory/2";
 
 // ANCHOR: line
+/// What produced a run's token streams and log-probs, the same for every
+/// line it writes: a trainer must tokenize, template and score with the same
+/// or its log-probs are of another policy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// The tokenizer: its kind, size and a fingerprint of its tokens in id order.
+    pub tokenizer: String,
+    /// The chat template: a fingerprint of the role tokens around a message of each owner.
+    pub template: String,
+    /// The sampling settings the log-probs were drawn under, and the cap on an action's tokens.
+    pub sampling: Sampling,
+    pub max_action_tokens: usize,
+}
+
 /// One trajectory as a line of the file. `ids`, `action_mask` and `logprobs`
-/// have one entry per token; `prompt_len` tokens come before the first
-/// action token (the prompt as a trainer that splits prompt and response sees it).
+/// have one entry per token, `action_versions` one per action token;
+/// `prompt_len` tokens come before the first action token (the prompt as a
+/// trainer that splits prompt and response sees it).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Line {
     pub format: String,
     /// The task's index in the split it came from, and its id.
     pub task: usize,
     pub task_id: String,
-    /// Learner updates made before the weights that sampled this episode.
+    /// The group the episode was played in: the episodes of one draw of a
+    /// task in one iteration share it, and two draws of one task do not.
+    pub group: usize,
+    /// Learner updates made before the weights that sampled the episode's
+    /// oldest action token (its lag, Chapter 13's staleness).
     pub policy_version: usize,
+    pub provenance: Provenance,
     pub ids: Vec<u32>,
     /// 1 where the policy sampled the token, 0 for prompt and tool output.
     pub action_mask: Vec<u8>,
     /// The sampling log-prob of each action token; 0 elsewhere.
     pub logprobs: Vec<f64>,
+    /// The policy version that sampled each action token, in order (they
+    /// differ within an episode when weights change between its turns).
+    pub action_versions: Vec<usize>,
     pub prompt_len: usize,
     pub reward: f64,
     pub info: Info,
 }
 // ANCHOR_END: line
 
+impl Provenance {
+    /// The provenance of episodes `bpe` tokenized and a policy sampled with
+    /// `sampling` and at most `max_action_tokens` per action.
+    pub fn new(bpe: &Bpe, sampling: Sampling, max_action_tokens: usize) -> Provenance {
+        let n = bpe.vocab_size();
+        let tokens = (0..n as u32).fold(FNV_START, |h, id| {
+            fnv1a(bpe.token(id).as_bytes(), fnv1a(&[0xff], h))
+        });
+        let roles = render(&[
+            (Owner::Prompt, "p".into()),
+            (Owner::Policy, "a".into()),
+            (Owner::Env, "o".into()),
+        ]);
+        Provenance {
+            tokenizer: format!("byte-level BPE, {n} tokens, {tokens:016x}"),
+            template: format!("agentrl roles, {:016x}", fnv1a(roles.as_bytes(), FNV_START)),
+            sampling,
+            max_action_tokens,
+        }
+    }
+}
+
 impl Line {
-    pub fn new(trajectory: &Trajectory, task_id: &str, policy_version: usize) -> Line {
+    /// A trajectory of `group`, every action token sampled by `policy_version`.
+    pub fn new(
+        trajectory: &Trajectory,
+        task_id: &str,
+        group: usize,
+        policy_version: usize,
+        provenance: &Provenance,
+    ) -> Line {
         let action_mask: Vec<u8> = trajectory
             .action_mask()
             .iter()
@@ -50,18 +106,29 @@ impl Line {
             .iter()
             .position(|&m| m == 1)
             .unwrap_or(action_mask.len());
+        let actions = action_mask.iter().filter(|&&m| m == 1).count();
         Line {
             format: FORMAT.into(),
             task: trajectory.task,
             task_id: task_id.into(),
+            group,
             policy_version,
+            provenance: provenance.clone(),
             ids: trajectory.ids.clone(),
             action_mask,
             logprobs: trajectory.logprobs.clone(),
+            action_versions: vec![policy_version; actions],
             prompt_len,
             reward: trajectory.reward,
             info: trajectory.info,
         }
+    }
+
+    /// TRL's `env_mask` for a `rollout_func` (one entry per completion id,
+    /// that is per id after the prompt): 1 on the model's tokens, 0 on tool
+    /// output, which TRL otherwise trains on as if the model had written it.
+    pub fn trl_env_mask(&self) -> Vec<u8> {
+        self.action_mask[self.prompt_len..].to_vec()
     }
 
     /// The line as it is written, without its newline (not checked).
@@ -107,6 +174,28 @@ impl Line {
         }
         if !self.reward.is_finite() {
             return Err(format!("reward is {}", self.reward));
+        }
+        let actions = self.action_mask.iter().filter(|&&m| m == 1).count();
+        if self.action_versions.len() != actions {
+            return Err(format!(
+                "{actions} action tokens but {} action_versions",
+                self.action_versions.len()
+            ));
+        }
+        if let Some(&oldest) = self.action_versions.iter().min() {
+            if oldest != self.policy_version {
+                return Err(format!(
+                    "policy_version is {} but the oldest action token's version is {oldest}",
+                    self.policy_version
+                ));
+            }
+        }
+        let sampling = self.provenance.sampling;
+        if !(sampling.temperature > 0.0 && sampling.top_p > 0.0 && sampling.top_p <= 1.0) {
+            return Err(format!(
+                "sampling at temperature {} and top_p {}: log-probs of a sampled policy need a temperature above 0 and top_p in (0, 1]",
+                sampling.temperature, sampling.top_p
+            ));
         }
         Ok(())
     }
@@ -204,13 +293,27 @@ mod tests {
         }
     }
 
+    fn provenance() -> Provenance {
+        Provenance {
+            tokenizer: "byte-level BPE, 11 tokens, 0123456789abcdef".into(),
+            template: "agentrl roles, fedcba9876543210".into(),
+            sampling: Sampling::PURE,
+            max_action_tokens: 16,
+        }
+    }
+
     #[test]
     fn a_trajectory_survives_the_round_trip_bit_for_bit() {
         let dir = std::env::temp_dir().join(format!("agentrl-exchange-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("episodes.jsonl");
-        let line = Line::new(&sample(), "clamp-3", 4);
+        let line = Line::new(&sample(), "clamp-3", 7, 4, &provenance());
         assert_eq!(line.prompt_len, 2);
+        assert_eq!(
+            (line.group, line.action_versions.clone()),
+            (7, vec![4, 4, 4])
+        );
+        assert_eq!(line.trl_env_mask(), vec![1, 1, 0, 1, 0]);
         write_jsonl(&path, &[line.clone(), line.clone()]).unwrap();
         let back = read_jsonl(&path).unwrap();
         assert_eq!(back, vec![line.clone(), line]);
@@ -219,12 +322,44 @@ mod tests {
     }
 
     #[test]
+    fn provenance_names_the_tokenizer_by_its_tokens_and_keeps_the_sampling() {
+        let texts = |extra: &str| {
+            let mut texts: Vec<String> = (0..40)
+                .map(|i| format!("edit swap_{i} then test"))
+                .collect();
+            texts.push(extra.to_string());
+            texts
+        };
+        let bpe = Bpe::train(texts("").into_iter(), 300).unwrap();
+        let again = Bpe::train(texts("").into_iter(), 300).unwrap();
+        let other = Bpe::train(texts("submit submit submit submit").into_iter(), 300).unwrap();
+        let a = Provenance::new(&bpe, Sampling::PURE, 16);
+        assert_eq!(a, Provenance::new(&again, Sampling::PURE, 16));
+        let named = format!("byte-level BPE, {} tokens, ", bpe.vocab_size());
+        assert!(a.tokenizer.starts_with(&named), "{}", a.tokenizer);
+        assert_ne!(
+            a.tokenizer,
+            Provenance::new(&other, Sampling::PURE, 16).tokenizer
+        );
+        let hot = Sampling {
+            temperature: 0.7,
+            top_p: 0.9,
+        };
+        let b = Provenance::new(&bpe, hot, 8);
+        assert_eq!(
+            (b.template.clone(), b.sampling, b.max_action_tokens),
+            (a.template, hot, 8)
+        );
+    }
+
+    #[test]
     fn a_broken_line_is_named_with_what_breaks() {
         let dir = std::env::temp_dir().join(format!("agentrl-exchange-bad-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("bad.jsonl");
-        let good = serde_json::to_string(&Line::new(&sample(), "clamp-3", 0)).unwrap();
-        let mut bad = Line::new(&sample(), "clamp-3", 0);
+        let good =
+            serde_json::to_string(&Line::new(&sample(), "clamp-3", 0, 2, &provenance())).unwrap();
+        let mut bad = Line::new(&sample(), "clamp-3", 0, 2, &provenance());
         bad.logprobs[3] = 0.5;
         let cases = [
             (
@@ -240,8 +375,20 @@ mod tests {
                 "action_mask[2] is 2",
             ),
             (
-                good.replace("agentrl-trajectory/1", "other/9"),
-                "expected \"agentrl-trajectory/1\"",
+                good.replace("agentrl-trajectory/2", "other/9"),
+                "expected \"agentrl-trajectory/2\"",
+            ),
+            (
+                good.replace("\"action_versions\":[2,2,2]", "\"action_versions\":[2,2]"),
+                "3 action tokens but 2 action_versions",
+            ),
+            (
+                good.replace("\"action_versions\":[2,2,2]", "\"action_versions\":[2,1,2]"),
+                "policy_version is 2 but the oldest action token's version is 1",
+            ),
+            (
+                good.replace("\"temperature\":1.0", "\"temperature\":0.0"),
+                "sampling at temperature 0",
             ),
             ("{not json".to_string(), "line 2: key must be a string"),
         ];
