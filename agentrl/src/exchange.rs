@@ -48,8 +48,8 @@ pub struct Line {
     /// The group the episode was played in: the episodes of one draw of a
     /// task in one iteration share it, and two draws of one task do not.
     pub group: usize,
-    /// Learner updates made before the weights that sampled the episode's
-    /// oldest action token (its lag, Chapter 13's staleness).
+    /// Learner updates made before the oldest weights that sampled any of
+    /// its action tokens (the learner's version minus this is its lag).
     pub policy_version: usize,
     pub provenance: Provenance,
     pub ids: Vec<u32>,

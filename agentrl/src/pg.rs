@@ -505,8 +505,9 @@ pub struct Schedule {
     pub seed: u64,
     /// Policy versions between the weights that sample an iteration's
     /// episodes and the weights that learn from them (Chapter 13): iteration
-    /// i plays with the weights as they were after iteration i − staleness
-    /// (the first iterations with the initial ones). 0 is on-policy.
+    /// i (counted from 0) plays with the weights as they were after
+    /// i − staleness iterations, version i − staleness (the first iterations
+    /// with the initial ones). 0 is on-policy.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub staleness: usize,
     /// Gradient clipping: before each step, a gradient whose L2 norm over all
@@ -744,7 +745,8 @@ fn run_loop<O: Optimiser>(
 ) -> Result<Vec<TrainRecord>, String> {
     let (train_tasks, held_out) = tasks;
     let streams = Streams::new(schedule.seed);
-    let mut metrics = start_run(run_dir, schedule, &*algorithm, done.len())?; // 1.
+    // 1. The schedule and the metrics file (`train` made the optimiser).
+    let mut metrics = start_run(run_dir, schedule, &*algorithm, done.len())?;
     let player = Player {
         bpe,
         tasks: train_tasks,
@@ -771,9 +773,11 @@ fn run_loop<O: Optimiser>(
                 }),
                 ..TrainRecord::default()
             };
+            // 2b. After the last iteration only its metrics line is written.
             if !last {
-                opt.set_lr(schedule.learning_rate(iteration)); // 2c.
-                                                               // 2d. Rollout: K tasks × G episodes.
+                // 2c. The learning rate α_n.
+                opt.set_lr(schedule.learning_rate(iteration));
+                // 2d. Rollout: K tasks × G episodes.
                 let (picks, played, time) =
                     samplers.rollout(scope, &player, model, &mut *algorithm, iteration)?;
                 // 2e–h. Rewards, advantages, filters and E × M optimiser steps.
@@ -795,9 +799,10 @@ fn run_loop<O: Optimiser>(
                     environment: time.environment,
                     learning: learning.elapsed().as_secs_f64(),
                 });
-                let n = iteration + 1;
-                if schedule.checkpoint_every > 0 && n % schedule.checkpoint_every == 0 {
-                    model.save(&run_dir.join(format!("iteration-{n:04}.safetensors")))?;
+                let completed = iteration + 1;
+                if schedule.checkpoint_every > 0 && completed % schedule.checkpoint_every == 0 {
+                    let name = format!("iteration-{completed:04}.safetensors");
+                    model.save(&run_dir.join(name))?;
                 }
                 bar.inc(1);
             }
@@ -828,22 +833,19 @@ fn update<O: Optimiser>(
     record: &mut TrainRecord,
 ) {
     let device = model.device();
-    let report = &mut record.extra;
     let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
-    let trajectories = algorithm.trajectories(model, trajectories, report);
-    let rewards = algorithm.rewards(played, &trajectories, report); // R_b, [B]
+    let trajectories = algorithm.trajectories(model, trajectories, &mut record.extra);
+    // 2e. Rewards R_b, [B].
+    let rewards = algorithm.rewards(played, &trajectories, &mut record.extra);
+    // 2f. Advantages, [B, T].
     let rollout = collate(&trajectories, device);
-    let advantages = algorithm.advantages(
-        model,
-        &trajectories,
-        &rollout,
-        &rewards,
-        schedule.group,
-        report,
-    ); // [B, T]
-    let mut chosen = algorithm.keep(played, schedule.group, report);
+    let (group, report) = (schedule.group, &mut record.extra);
+    let advantages = algorithm.advantages(model, &trajectories, &rollout, &rewards, group, report);
+    // 2g. The episodes the filters keep.
+    let mut chosen = algorithm.keep(played, schedule.group, &mut record.extra);
     let (mut loss_sum, mut entropy_sum, mut norm_sum, mut steps, mut tokens_sum) =
         (0.0, 0.0, 0.0, 0, 0);
+    // 2h. E epochs of M minibatches.
     for _ in 0..schedule.epochs {
         chosen.shuffle(&mut shuffle);
         for rows in chosen.chunks(chosen.len().div_ceil(schedule.minibatches).max(1)) {
@@ -1042,8 +1044,9 @@ pub fn copy_model(model: &TinyAgent, precision: Option<Precision>) -> TinyAgent 
 
 /// The weights that sample each iteration's episodes, π_old (Chapter 13).
 /// On-policy (`staleness` 0) they are the learner's own. Otherwise iteration
-/// i samples with a copy of the weights as they were after iteration
-/// i − staleness (the first iterations with the initial ones), and since the
+/// i samples with a copy of the weights as they were after i − staleness
+/// iterations, version i − staleness (the first iterations with the initial
+/// ones), and since the
 /// next iteration's sampler exists already, its episodes are played on a
 /// second thread while this iteration learns: the same episodes a sequential
 /// loop would play later, sooner.

@@ -213,16 +213,17 @@ pub fn pad_right(rows: &[&[u32]], device: Device) -> (Tensor, Tensor) {
 /// The loss of every method that raises some tokens' log-probabilities and
 /// lowers others' (Chapter 15's table): the weighted negative log-likelihood
 ///
-/// loss = −Σ_{b,t} w_{b,t} log π_θ(x_{b,t} | x_{b,<t}) / n,
+/// loss = −Σ_{b,t} w_{b,t} log π_θ(x_{b,t} | x_{b,<t}) / N,
 ///
 /// with `logp` [B, T] the log-probs of the tokens, `weights` [B, T] (0 where
-/// a token takes no part) and `n` a scalar tensor, the normaliser. Pretraining
-/// and SFT weigh a token by its owner and divide by the weights' sum;
-/// REINFORCE and RFT (Chapter 6's `reinforce_loss`) weigh an action token by
-/// its episode's advantage, or 1, and divide by the action tokens; DPO's
-/// gradient is this one's with the weights of Section 15.1.
-pub fn weighted_log_likelihood(logp: &Tensor, weights: &Tensor, n: &Tensor) -> Tensor {
-    -(logp * weights).sum(REAL) / n // a scalar
+/// a token takes no part) and `norm` a scalar tensor, the normaliser N.
+/// Pretraining and SFT weigh a token by its owner and divide by the weights'
+/// sum; REINFORCE and RFT (Chapter 6's `reinforce_loss`) weigh an action
+/// token by its episode's advantage, or 1, and divide by the action tokens;
+/// DPO's gradient is this one's with the weights of Chapter 15's Section 15.1
+/// and N the number of pairs.
+pub fn weighted_log_likelihood(logp: &Tensor, weights: &Tensor, norm: &Tensor) -> Tensor {
+    -(logp * weights).sum(REAL) / norm // a scalar
 }
 // ANCHOR_END: likelihood
 // ANCHOR_END: pretrain
