@@ -126,7 +126,7 @@ pub fn join(lines: &[TestLine]) -> String {
 
 // ANCHOR: run_episode
 /// Who wrote a piece of the transcript.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Owner {
     Prompt,
     Policy,

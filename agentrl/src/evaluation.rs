@@ -12,13 +12,19 @@
 
 use crate::book::{fnv1a, FNV_START};
 use crate::episode::parse_call;
+use crate::exchange::Provenance;
 use crate::gym::Task;
+use crate::pg::evaluation_episodes;
 use crate::rollout::Played;
+use crate::stats::Streams;
 use crate::stats::{paired_bootstrap, percentile, wilson_interval_of_mean};
+use crate::tinyagent::{Sampling, TinyAgent};
+use crate::tokenizer::Bpe;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
+use std::path::Path;
 
 // ANCHOR: pass_at_k
 /// The unbiased estimate of pass@k from `n` samples of which `c` succeeded:
@@ -265,6 +271,66 @@ pub fn task_set_fingerprint(tasks: &[Task]) -> String {
 }
 // ANCHOR_END: frozen
 
+/// `per_task` episodes of `model` on each of `tasks`, sampled at temperature 1
+/// ([`crate::pg::evaluation_episodes`]) with the stream "evaluation" of `seed`
+/// at iteration 0. Within the test command ([`crate::book::reuse`]) a second
+/// call with the same weights, tokenizer, tasks, count and seed (the chapter's
+/// notebook after the chapter) reads the stored episodes back instead of
+/// playing them again; a reader's call always plays them.
+pub fn evaluation_played(
+    model: &TinyAgent,
+    bpe: &Bpe,
+    tasks: &[Task],
+    per_task: usize,
+    seed: u64,
+) -> Vec<Played> {
+    played_with_cache(
+        crate::book::run_cache().as_deref(),
+        model,
+        bpe,
+        tasks,
+        per_task,
+        seed,
+    )
+}
+
+fn played_with_cache(
+    cache: Option<&Path>,
+    model: &TinyAgent,
+    bpe: &Bpe,
+    tasks: &[Task],
+    per_task: usize,
+    seed: u64,
+) -> Vec<Played> {
+    let key = format!(
+        "evaluation episodes\n{:016x}\n{}\n{}\n{per_task}\n{seed}",
+        model.fingerprint(),
+        serde_json::to_string(&Provenance::new(bpe, Sampling::PURE, 16))
+            .expect("provenance serialises"),
+        task_set_fingerprint(tasks),
+    );
+    let play = || {
+        evaluation_episodes(
+            model,
+            bpe,
+            tasks,
+            per_task,
+            &mut Streams::new(seed).evaluation(0),
+        )
+    };
+    let write = |played: &Vec<Played>, dir: &Path| {
+        let text = serde_json::to_string(played).map_err(|err| err.to_string())?;
+        std::fs::write(dir.join("played.json"), text).map_err(|err| err.to_string())
+    };
+    let read = |dir: &Path| {
+        let text =
+            std::fs::read_to_string(dir.join("played.json")).map_err(|err| err.to_string())?;
+        serde_json::from_str(&text).map_err(|err| err.to_string())
+    };
+    crate::book::reuse(cache, &key, play, write, read)
+        .unwrap_or_else(|err| panic!("cannot store evaluation episodes: {err}"))
+}
+
 // ANCHOR: leaks
 /// A held-out text found in the training data.
 #[derive(Clone, Debug, PartialEq)]
@@ -403,6 +469,61 @@ pub fn conduct(played: &[Played], tasks: &[Task], window: usize) -> Conduct {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stored_evaluation_episodes_read_back_bit_for_bit_and_only_for_the_same_key() {
+        let gym = crate::gym::Gym::standard();
+        let tasks = &gym.held_out[..3];
+        let transcripts = crate::pretrain::corpus(tasks, 20, 0);
+        let bpe = Bpe::train(transcripts.iter().map(|t| crate::tokenizer::render(t)), 400).unwrap();
+        let model = {
+            let _turn = crate::book::seeded(0);
+            let config = crate::tinyagent::Config {
+                vocab: bpe.vocab_size() as i64,
+                n_ctx: 512,
+                d_model: 16,
+                n_layer: 1,
+                n_head: 2,
+            };
+            TinyAgent::new(config, tch::Device::Cpu)
+        };
+        let cache = std::env::temp_dir().join(format!("agentrl-eval-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&cache);
+        std::fs::create_dir_all(&cache).unwrap();
+        let played = played_with_cache(Some(&cache), &model, &bpe, tasks, 2, 5);
+        assert_eq!(
+            played,
+            played_with_cache(None, &model, &bpe, tasks, 2, 5),
+            "the store plays what a reader plays"
+        );
+        assert!(played
+            .iter()
+            .any(|p| p.segments.iter().any(|s| !s.logprobs.is_empty())));
+        // Only the first call of a key plays: mark the stored entry, and the second call returns the mark.
+        let entry = std::fs::read_dir(&cache)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let mut marked = played.clone();
+        marked[0].reward = 42.0;
+        std::fs::write(
+            entry.join("played.json"),
+            serde_json::to_string(&marked).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            played_with_cache(Some(&cache), &model, &bpe, tasks, 2, 5),
+            marked
+        );
+        // Another seed is another key, played afresh.
+        assert_eq!(
+            played_with_cache(Some(&cache), &model, &bpe, tasks, 2, 6),
+            played_with_cache(None, &model, &bpe, tasks, 2, 6)
+        );
+        let _ = std::fs::remove_dir_all(&cache);
+    }
 
     fn binomial(n: u64, k: u64) -> f64 {
         (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)

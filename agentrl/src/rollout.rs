@@ -26,7 +26,7 @@ pub fn progress(len: u64, what: &str) -> ProgressBar {
 // ANCHOR: play
 /// Who wrote a stretch of the token stream, the ids as they were fed to the
 /// model, and (for the policy's stretches) the sampling log-prob of each id.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Segment {
     pub owner: Owner,
     pub ids: Vec<u32>,
@@ -34,7 +34,7 @@ pub struct Segment {
 }
 
 /// One episode played by a language model.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Played {
     pub task: usize,
     pub segments: Vec<Segment>,

@@ -56,8 +56,22 @@
 //! a fresh environment has no episode: episodes are played over `/ws`.
 //! Errors are 4xx with `{"detail","code"}`; a 422's `detail` is FastAPI's list of
 //! `{"type","loc","msg"}`, with the message in `message`. `GET /stats` (not OpenEnv's)
-//! returns the server's counters. Not served: `/mcp` (OpenEnv's MCP mode),
-//! `/docs`, `/openapi.json` and `/web` (FastAPI's pages and OpenEnv's UI).
+//! returns the server's counters. `GET /openapi.json` describes the HTTP routes
+//! (what `openenv validate --url` reads first). Not served: `/docs` and `/web`
+//! (FastAPI's page and OpenEnv's UI).
+//!
+//! # MCP
+//!
+//! The four tools as MCP tools, over JSON-RPC 2.0 as OpenEnv's `/mcp` speaks
+//! it: `tools/list` ([`mcp_tools`]) and `tools/call` (`{"name", "arguments"}`,
+//! one step of the episode; the result's `content` holds the observation's
+//! text and `data` the whole step). Over `/ws`, `{"type":"mcp","data":REQUEST}`
+//! acts on the connection's episode (after a `reset`) and is answered
+//! `{"type":"mcp","data":RESPONSE}`. Over `POST /mcp`, which HTTP answers 200
+//! with a JSON-RPC response or error ([`rpc`]), `openenv/session/create`
+//! (with reset's fields) opens a session in the table and returns its
+//! `session_id` and first observation, `tools/call` names it, and
+//! `openenv/session/close` (or the idle timeout) frees it.
 
 use crate::gym::{BugFixEnv, Gym, Info, Task, MAX_TURNS};
 use crate::policies::{Oracle, Policy, RandomPolicy};
@@ -77,6 +91,9 @@ use tungstenite::{Message, WebSocket};
 
 /// The `openenv-core` release whose client the tests run against.
 pub const OPENENV_VERSION: &str = "0.3.0";
+/// The current OpenEnv release (published as `openenv` since 0.3.1), whose
+/// validator, MCP client and the TRL environment class the tests also run.
+pub const OPENENV_CURRENT: &str = "0.10.0";
 /// The longest action text (`message`) a step accepts, in bytes.
 pub const MAX_ACTION_BYTES: usize = 4 * 1024;
 /// The largest WebSocket message or HTTP body the server reads, in bytes.
@@ -647,6 +664,18 @@ impl Session {
                 let action = self.action(data, &["data"])?;
                 Ok(Reply::data("observation", self.step(&action)?))
             }
+            "mcp" => {
+                only_keys(&message, &["type", "data"], &[])?;
+                let data = message.get("data").cloned().unwrap_or(Value::Null);
+                let response = match rpc_request(data) {
+                    Err(e) => rpc_response(Value::Null, Err(e)),
+                    Ok(request) => {
+                        let answer = self.mcp(&request);
+                        rpc_response(request.id, answer)
+                    }
+                };
+                Ok(Reply::data("mcp", response))
+            }
             "state" => {
                 only_keys(&message, &["type"], &[])?;
                 Ok(Reply::data("state", self.state()))
@@ -933,6 +962,8 @@ pub struct Service {
     pub counters: Arc<Counters>,
     /// Numbers the stateless HTTP sessions (never in the table).
     http_sessions: AtomicU64,
+    /// The sessions `POST /mcp` opened, by id (each holds a place in the table).
+    mcp_sessions: Mutex<BTreeMap<String, Arc<Mutex<McpSession>>>>,
 }
 
 /// An HTTP answer: status and JSON body.
@@ -964,6 +995,7 @@ impl Service {
             table,
             counters: Arc::new(Counters::default()),
             http_sessions: AtomicU64::new(0),
+            mcp_sessions: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -1082,7 +1114,9 @@ impl Service {
     }
 
     fn route(&self, method: &str, path: &str, body: &[u8]) -> HttpReply {
-        const ROUTES: [(&str, &str); 8] = [
+        const ROUTES: [(&str, &str); 10] = [
+            ("GET", "/openapi.json"),
+            ("POST", "/mcp"),
             ("GET", "/health"),
             ("GET", "/metadata"),
             ("GET", "/schema"),
@@ -1094,6 +1128,8 @@ impl Service {
         ];
         match (method, path) {
             ("GET", "/health") => HttpReply::json(200, &json!({"status": "healthy"})),
+            ("GET", "/openapi.json") => HttpReply::json(200, &self.openapi()),
+            ("POST", "/mcp") => self.http_mcp(body),
             ("GET", "/metadata") => HttpReply::json(200, &self.metadata()),
             ("GET", "/schema") => HttpReply::json(200, &self.schema()),
             ("GET", "/stats") => HttpReply::json(
@@ -1227,6 +1263,312 @@ impl Service {
             Ok(()) => unreachable!("a stateless step always fails"),
             Err(failure) => self.http_failure(&failure),
         }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// MCP: the four tools over JSON-RPC 2.0
+// ---------------------------------------------------------------------------
+
+/// JSON-RPC 2.0's error codes, as OpenEnv's `/mcp` answers with them.
+pub mod rpc {
+    /// The body is not JSON.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// Not a JSON-RPC 2.0 request object (OpenEnv's answer to `{}`).
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Unknown tool, unknown session, missing or malformed argument.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// The tool could not run: no episode, or the episode is over.
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// The server cannot open another session.
+    pub const SERVER_ERROR: i64 = -32000;
+}
+
+/// A JSON-RPC error: code and message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+}
+
+impl RpcError {
+    fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// A request as JSON-RPC 2.0 defines it.
+struct RpcRequest {
+    id: Value,
+    method: String,
+    params: Map<String, Value>,
+}
+
+/// The request in `value`, or the error to answer (always with `id` null, as
+/// OpenEnv answers a request it cannot read).
+fn rpc_request(value: Value) -> Result<RpcRequest, RpcError> {
+    let invalid =
+        |why: &str| RpcError::new(rpc::INVALID_REQUEST, format!("Invalid request: {why}"));
+    let Value::Object(mut request) = value else {
+        return Err(invalid("a request is a JSON object"));
+    };
+    if let Some(extra) = request
+        .keys()
+        .find(|k| !["jsonrpc", "method", "params", "id"].contains(&k.as_str()))
+    {
+        return Err(invalid(&format!("extra field {extra:?} not permitted")));
+    }
+    if request.get("jsonrpc") != Some(&json!("2.0")) {
+        return Err(invalid("\"jsonrpc\" must be \"2.0\""));
+    }
+    let method = match request.remove("method") {
+        Some(Value::String(method)) => method,
+        _ => return Err(invalid("\"method\" must be a string")),
+    };
+    let params = match request.remove("params") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(params)) => params,
+        Some(_) => return Err(invalid("\"params\" must be an object")),
+    };
+    let id = match request.remove("id") {
+        None => Value::Null,
+        Some(id @ (Value::Null | Value::String(_) | Value::Number(_))) => id,
+        Some(_) => return Err(invalid("\"id\" must be a string, a number or null")),
+    };
+    Ok(RpcRequest { id, method, params })
+}
+
+/// The response to request `id`: its `result` or its `error`.
+fn rpc_response(id: Value, answer: Result<Value, RpcError>) -> Value {
+    match answer {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err(e) => {
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": e.code, "message": e.message, "data": null}})
+        }
+    }
+}
+
+// ANCHOR: mcp_tools
+/// The gym's four tools as MCP describes tools (`tools/list`): a name, what
+/// it does, and a JSON Schema of its arguments. Only `edit` takes one.
+pub fn mcp_tools() -> Value {
+    let none = json!({"type": "object", "properties": {}, "additionalProperties": false});
+    json!([
+        {"name": "read", "description": "Show the function's source and the issue.", "inputSchema": none},
+        {"name": "test", "description": "Run the public tests on the current source and show which pass.", "inputSchema": none},
+        {"name": "edit", "description": "Apply one candidate edit from the task's menu, named by its op.",
+         "inputSchema": {"type": "object", "properties": {"op": {"type": "string", "pattern": "^[A-Za-z0-9_]{1,64}$", "description": "The op of a menu entry"}}, "required": ["op"], "additionalProperties": false}},
+        {"name": "submit", "description": "End the episode; reward 1 if the source passes the hidden tests.", "inputSchema": none},
+    ])
+}
+
+/// The action text of a `tools/call`: the call as the agent would write it.
+fn tool_action(params: &Map<String, Value>) -> Result<String, RpcError> {
+    let bad = |why: String| RpcError::new(rpc::INVALID_PARAMS, why);
+    let name = match params.get("name") {
+        Some(Value::String(name)) => name.as_str(),
+        _ => return Err(bad("tools/call needs \"name\", a string".into())),
+    };
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(arguments)) => arguments.clone(),
+        Some(_) => return Err(bad("\"arguments\" must be an object".into())),
+    };
+    let takes: &[&str] = match name {
+        "read" | "test" | "submit" => &[],
+        "edit" => &["op"],
+        other => {
+            return Err(bad(format!(
+                "unknown tool {other:?}: the tools are read, test, edit and submit"
+            )))
+        }
+    };
+    if let Some(extra) = arguments.keys().find(|k| !takes.contains(&k.as_str())) {
+        return Err(bad(format!("tool {name} takes no argument {extra:?}")));
+    }
+    if name != "edit" {
+        return Ok(format!("<call> {name} </call>"));
+    }
+    match arguments.get("op") {
+        Some(Value::String(op))
+            if (1..=64).contains(&op.len())
+                && op.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+        {
+            Ok(format!("<call> edit {op} </call>"))
+        }
+        Some(_) => Err(bad(
+            "\"op\" must be 1 to 64 letters, digits or underscores".into()
+        )),
+        None => Err(bad("tool edit needs \"op\"".into())),
+    }
+}
+
+/// A step's answer as MCP's tool result: the observation's text as content,
+/// the whole step (observation, reward, done) as `data`, which OpenEnv's
+/// client returns.
+fn tool_result(step: &StepData) -> Value {
+    let data = serde_json::to_value(step).expect("a step serialises");
+    json!({
+        "content": [{"type": "text", "text": step.observation.text}],
+        "structured_content": data,
+        "data": data,
+        "is_error": false,
+    })
+}
+// ANCHOR_END: mcp_tools
+
+impl Session {
+    /// One MCP request on this session's episode: `tools/list`, or
+    /// `tools/call`, which takes one step.
+    fn mcp(&mut self, request: &RpcRequest) -> Result<Value, RpcError> {
+        match request.method.as_str() {
+            "tools/list" => Ok(json!({"tools": mcp_tools()})),
+            "tools/call" => {
+                if let Some(extra) = request
+                    .params
+                    .keys()
+                    .find(|k| !["name", "arguments", "session_id"].contains(&k.as_str()))
+                {
+                    return Err(RpcError::new(
+                        rpc::INVALID_PARAMS,
+                        format!("tools/call takes no parameter {extra:?}"),
+                    ));
+                }
+                let action = tool_action(&request.params)?;
+                let step = self
+                    .step(&action)
+                    .map_err(|f| RpcError::new(rpc::INTERNAL_ERROR, f.message))?;
+                Ok(tool_result(&step))
+            }
+            other => Err(RpcError::new(
+                rpc::METHOD_NOT_FOUND,
+                format!("Method not found: {other}"),
+            )),
+        }
+    }
+}
+
+/// A session opened by `openenv/session/create`: its place in the table,
+/// its environment, and when it was last used.
+struct McpSession {
+    _ticket: Ticket,
+    session: Session,
+    used: Instant,
+}
+
+impl Service {
+    /// `POST /mcp`: one JSON-RPC request, always answered 200 (errors are
+    /// JSON-RPC errors). Besides `tools/list` and `tools/call`, OpenEnv's
+    /// `openenv/session/create` (which also takes reset's `task`, `split`,
+    /// `seed` and `episode_id` and returns the first observation) and
+    /// `openenv/session/close`. HTTP requests share nothing else, so a
+    /// `tools/call` names its session by `session_id`; a session unused for
+    /// the idle timeout is closed.
+    fn http_mcp(&self, body: &[u8]) -> HttpReply {
+        let parsed = std::str::from_utf8(body)
+            .map_err(|_| RpcError::new(rpc::PARSE_ERROR, "Parse error: the body is not UTF-8"))
+            .and_then(|text| {
+                serde_json::from_str::<Value>(text)
+                    .map_err(|err| RpcError::new(rpc::PARSE_ERROR, format!("Parse error: {err}")))
+            })
+            .and_then(rpc_request);
+        let response = match parsed {
+            Err(e) => rpc_response(Value::Null, Err(e)),
+            Ok(request) => {
+                let answer = self.mcp_answer(&request);
+                rpc_response(request.id, answer)
+            }
+        };
+        HttpReply::json(200, &response)
+    }
+
+    fn mcp_answer(&self, request: &RpcRequest) -> Result<Value, RpcError> {
+        let bad = |why: String| RpcError::new(rpc::INVALID_PARAMS, why);
+        let session_id = match request.params.get("session_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) => Some(id.clone()),
+            Some(_) => return Err(bad("\"session_id\" must be a string".into())),
+        };
+        // Close the sessions nobody used within the idle timeout.
+        {
+            let mut sessions = self.lock_mcp();
+            let timeout = self.config.idle_timeout;
+            sessions.retain(|_, s| s.lock().map_or(true, |s| s.used.elapsed() < timeout));
+        }
+        match request.method.as_str() {
+            "openenv/session/create" => {
+                let mut data = request.params.clone();
+                data.remove("session_id");
+                let (ticket, mut session) = self
+                    .open()
+                    .map_err(|why| RpcError::new(rpc::SERVER_ERROR, why))?;
+                let args = session.reset_args(Some(&data)).map_err(|f| bad(f.message))?;
+                let first = session.reset(args);
+                bump(&self.counters.episodes_started);
+                let id = format!("m{}", ticket.number);
+                let entry = McpSession {
+                    _ticket: ticket,
+                    session,
+                    used: Instant::now(),
+                };
+                self.lock_mcp().insert(id.clone(), Arc::new(Mutex::new(entry)));
+                Ok(json!({"session_id": id, "observation": first.observation}))
+            }
+            "openenv/session/close" => {
+                let id = session_id.ok_or_else(|| bad("openenv/session/close needs \"session_id\"".into()))?;
+                match self.lock_mcp().remove(&id) {
+                    Some(_) => Ok(json!({"session_id": id, "closed": true})),
+                    None => Err(bad(format!("no session {id:?}"))),
+                }
+            }
+            "tools/call" if session_id.is_none() => Err(bad(
+                "tools/call over HTTP needs the \"session_id\" of openenv/session/create: a fresh environment has no episode (over /ws, send {\"type\":\"mcp\",\"data\":REQUEST} after reset)".into(),
+            )),
+            "tools/call" => {
+                let id = session_id.expect("checked");
+                let entry = self.lock_mcp().get(&id).cloned().ok_or_else(|| bad(format!("no session {id:?} (closed, or idle for too long)")))?;
+                let mut entry = entry.lock().unwrap_or_else(|poison| poison.into_inner());
+                entry.used = Instant::now();
+                entry.session.mcp(request)
+            }
+            _ => self.fresh().mcp(request),
+        }
+    }
+
+    fn lock_mcp(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Mutex<McpSession>>>> {
+        self.mcp_sessions
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// OpenAPI's description of the HTTP routes, which `openenv validate`
+    /// reads first (the WebSocket `/ws` is not an HTTP route and is not listed).
+    pub fn openapi(&self) -> Value {
+        let schema = self.schema();
+        let reply = |what: &str| json!({"200": {"description": what, "content": {"application/json": {"schema": {"type": "object"}}}}});
+        let body = |schema: Value| json!({"required": true, "content": {"application/json": {"schema": schema}}});
+        json!({
+            "openapi": "3.1.0",
+            "info": {
+                "title": "BugFixEnv",
+                "version": "1.0.0",
+                "description": "The BugFix gym of Agentic RL in Rust, served with OpenEnv's protocol; episodes are played over the WebSocket /ws or as MCP tools over POST /mcp."
+            },
+            "paths": {
+                "/health": {"get": {"summary": "Health", "responses": reply("{\"status\": \"healthy\"}")}},
+                "/metadata": {"get": {"summary": "The environment's name and description", "responses": reply("metadata")}},
+                "/schema": {"get": {"summary": "JSON schemas of the action, observation and state", "responses": reply("schemas")}},
+                "/state": {"get": {"summary": "The state of a fresh environment", "responses": reply("state")}},
+                "/stats": {"get": {"summary": "The server's counters", "responses": reply("counters")}},
+                "/reset": {"post": {"summary": "A task's first observation (stateless)", "requestBody": body(json!({"type": "object", "properties": {"task": {"type": "integer", "minimum": 0}, "split": {"type": "string", "enum": ["train", "held_out"]}, "seed": {"type": "integer", "minimum": 0}, "episode_id": {"type": "string", "maxLength": MAX_EPISODE_ID_CHARS}}})), "responses": reply("observation, reward, done")}},
+                "/step": {"post": {"summary": "Validates an action; episodes are played over /ws or /mcp", "requestBody": body(json!({"type": "object", "properties": {"action": schema["action"], "timeout_s": {"type": "number"}, "request_id": {"type": "string"}}, "required": ["action"]})), "responses": reply("observation, reward, done")}},
+                "/mcp": {"post": {"summary": "JSON-RPC 2.0: tools/list, tools/call, openenv/session/create, openenv/session/close", "requestBody": body(json!({"type": "object"})), "responses": reply("a JSON-RPC response")}},
+            }
+        })
     }
 }
 
@@ -1539,7 +1881,16 @@ fn connection(mut stream: TcpStream, service: &Service) {
         if stream.write_all(response.as_bytes()).is_err() {
             return;
         }
-        return websocket(stream, rest, service);
+        // OpenEnv's MCP client opens a session over POST /mcp, then joins it
+        // from the WebSocket with `?session_id=`, so that reset and the tools
+        // act on one environment.
+        let joined = target.split_once('?').and_then(|(_, query)| {
+            query
+                .split('&')
+                .find_map(|pair| pair.strip_prefix("session_id="))
+                .map(str::to_string)
+        });
+        return websocket(stream, rest, service, joined);
     }
     if header("transfer-encoding").is_some() {
         bump(&service.counters.http_errors);
@@ -1622,18 +1973,63 @@ fn close_with(socket: &mut WebSocket<TcpStream>, code: CloseCode, why: &str) {
     }
 }
 
-fn websocket(stream: TcpStream, already_read: Vec<u8>, service: &Service) {
+/// The session a WebSocket plays: its own, or one `POST /mcp` opened.
+enum Held {
+    Own(Ticket, Box<Session>),
+    Joined(String, Arc<Mutex<McpSession>>),
+}
+
+impl Held {
+    fn handle(&mut self, text: &str) -> Reply {
+        match self {
+            Held::Own(_, session) => session.handle(text),
+            Held::Joined(_, shared) => {
+                let mut entry = shared.lock().unwrap_or_else(|poison| poison.into_inner());
+                entry.used = Instant::now();
+                entry.session.handle(text)
+            }
+        }
+    }
+
+    fn in_episode(&self) -> bool {
+        match self {
+            Held::Own(_, session) => session.in_episode(),
+            Held::Joined(_, shared) => shared.lock().is_ok_and(|e| e.session.in_episode()),
+        }
+    }
+
+    fn label(&self) -> String {
+        match self {
+            Held::Own(ticket, _) => ticket.number.to_string(),
+            Held::Joined(id, _) => id.clone(),
+        }
+    }
+}
+
+fn websocket(stream: TcpStream, already_read: Vec<u8>, service: &Service, joined: Option<String>) {
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_BODY_BYTES))
         .max_frame_size(Some(MAX_BODY_BYTES));
     let mut socket =
         WebSocket::from_partially_read(stream, already_read, Role::Server, Some(config));
-    let (ticket, mut session) = match service.open() {
-        Ok(opened) => opened,
+    let opened = match joined {
+        Some(id) => match service.lock_mcp().get(&id).cloned() {
+            Some(shared) => Ok(Held::Joined(id, shared)),
+            None => Err(error_text(&Failure::new(
+                ErrorCode::SessionError,
+                format!("no MCP session {id:?} to join (closed, or idle for too long)"),
+            ))),
+        },
+        None => service
+            .open()
+            .map(|(ticket, session)| Held::Own(ticket, Box::new(session))),
+    };
+    let mut session = match opened {
+        Ok(held) => held,
         Err(refusal) => {
-            log(service, || "refused a session: at capacity".to_string());
+            log(service, || format!("refused a session: {refusal}"));
             let _ = socket.send(Message::text(refusal));
-            close_with(&mut socket, CloseCode::Again, "at capacity");
+            close_with(&mut socket, CloseCode::Again, "refused");
             drain(socket.get_mut());
             return;
         }
@@ -1647,7 +2043,7 @@ fn websocket(stream: TcpStream, already_read: Vec<u8>, service: &Service) {
                 let reply = session.handle(text.as_str());
                 if let (Some(code), Some(text)) = (reply.error, &reply.text) {
                     log(service, || {
-                        format!("session {}: {} {text}", ticket.number, code.as_str())
+                        format!("session {}: {} {text}", session.label(), code.as_str())
                     });
                 }
                 if let Some(text) = reply.text {
@@ -1709,11 +2105,11 @@ fn websocket(stream: TcpStream, already_read: Vec<u8>, service: &Service) {
     log(service, || {
         format!(
             "session {} ended ({how}); {} open",
-            ticket.number,
-            service.table.active() - 1
+            session.label(),
+            service.table.active() - usize::from(matches!(session, Held::Own(..)))
         )
     });
-    drop(ticket);
+    drop(session);
 }
 
 // ---------------------------------------------------------------------------
@@ -2185,7 +2581,10 @@ mod tests {
             ("{}".into(), "UNKNOWN_TYPE"),
             (r#"{"type":"jump"}"#.into(), "UNKNOWN_TYPE"),
             (r#"{"type":7}"#.into(), "UNKNOWN_TYPE"),
-            (r#"{"type":"mcp","data":{}}"#.into(), "UNKNOWN_TYPE"),
+            (
+                r#"{"type":"mcp","data":{},"extra":1}"#.into(),
+                "VALIDATION_ERROR",
+            ),
             (r#"{"type":"reset","data":[]}"#.into(), "VALIDATION_ERROR"),
             (
                 r#"{"type":"reset","data":{},"extra":1}"#.into(),
@@ -2359,6 +2758,174 @@ mod tests {
                 stats.active_sessions
             ),
             (3, 1, 1)
+        );
+    }
+
+    #[test]
+    fn openapi_lists_the_routes_openenv_validate_checks() {
+        let service = service(2);
+        let reply = service.http("GET", "/openapi.json", b"");
+        assert_eq!(reply.status, 200);
+        let doc: Value = serde_json::from_str(&reply.body).unwrap();
+        assert!(doc["info"]["version"].is_string());
+        // Simulation mode: /reset, /step and /state are all listed.
+        for path in [
+            "/reset",
+            "/step",
+            "/state",
+            "/mcp",
+            "/health",
+            "/metadata",
+            "/schema",
+        ] {
+            assert!(doc["paths"][path].is_object(), "{path} missing from {doc}");
+        }
+        assert_eq!(service.http("POST", "/openapi.json", b"").status, 405);
+    }
+
+    #[test]
+    fn mcp_over_http_plays_an_oracle_episode_in_a_session_and_answers_every_body_with_json_rpc() {
+        let service = service(1);
+        let mcp = |body: &str| {
+            let reply = service.http("POST", "/mcp", body.as_bytes());
+            assert_eq!(reply.status, 200, "{body}");
+            let value: Value = serde_json::from_str(&reply.body).unwrap();
+            assert_eq!(value["jsonrpc"], "2.0", "{value}");
+            value
+        };
+        let error = |body: &str| {
+            mcp(body)["error"]["code"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("no error for {body}"))
+        };
+        // What `openenv validate` sends, and other bodies that are not requests.
+        assert_eq!(mcp("{}")["id"], Value::Null);
+        assert_eq!(error("{}"), rpc::INVALID_REQUEST);
+        assert_eq!(error("{"), rpc::PARSE_ERROR);
+        assert_eq!(error("[1]"), rpc::INVALID_REQUEST);
+        assert_eq!(
+            error(r#"{"jsonrpc": "1.0", "method": "tools/list", "id": 1}"#),
+            rpc::INVALID_REQUEST
+        );
+        assert_eq!(
+            error(r#"{"jsonrpc": "2.0", "method": "tools/list", "id": 1, "extra": 2}"#),
+            rpc::INVALID_REQUEST
+        );
+        assert_eq!(
+            error(r#"{"jsonrpc": "2.0", "method": "initialize", "id": 1}"#),
+            rpc::METHOD_NOT_FOUND
+        );
+        let listed = mcp(r#"{"jsonrpc": "2.0", "method": "tools/list", "id": "a"}"#);
+        assert_eq!(listed["id"], "a");
+        let names: Vec<&str> = listed["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["read", "test", "edit", "submit"]);
+        // Without a session a tool has no episode to act on.
+        assert_eq!(
+            error(
+                r#"{"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "read"}, "id": 2}"#
+            ),
+            rpc::INVALID_PARAMS
+        );
+        let task = CATALOG.task(Split::Train, 3).unwrap();
+        let created = mcp(
+            r#"{"jsonrpc": "2.0", "method": "openenv/session/create", "params": {"task": 3}, "id": 3}"#,
+        );
+        let id = created["result"]["session_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(created["result"]["observation"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Tools:"));
+        // The table holds one session: a second is refused.
+        assert_eq!(
+            error(r#"{"jsonrpc": "2.0", "method": "openenv/session/create", "id": 4}"#),
+            rpc::SERVER_ERROR
+        );
+        let call = |name: &str, arguments: Value| {
+            mcp(&json!({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": name, "arguments": arguments, "session_id": id}, "id": 5}).to_string())
+        };
+        for (name, arguments, code) in [
+            ("rewrite", json!({}), rpc::INVALID_PARAMS),
+            ("edit", json!({}), rpc::INVALID_PARAMS),
+            ("edit", json!({"op": "a b </call>"}), rpc::INVALID_PARAMS),
+            ("read", json!({"op": "x"}), rpc::INVALID_PARAMS),
+        ] {
+            assert_eq!(call(name, arguments)["error"]["code"], code, "{name}");
+        }
+        let read = call("read", json!({}));
+        assert_eq!(read["result"]["is_error"], false);
+        assert_eq!(
+            read["result"]["content"][0]["text"],
+            read["result"]["data"]["observation"]["text"]
+        );
+        assert!(
+            call("edit", json!({"op": task.fix_op()}))["result"]["data"]["observation"]["text"]
+                .is_string()
+        );
+        let done = call("submit", json!({}));
+        assert_eq!(
+            (
+                done["result"]["data"]["reward"].clone(),
+                done["result"]["data"]["done"].clone()
+            ),
+            (json!(1.0), json!(true))
+        );
+        assert!(done["result"]["data"]["observation"]["hidden_pass"]
+            .as_bool()
+            .unwrap());
+        assert_eq!(
+            call("read", json!({}))["error"]["code"],
+            rpc::INTERNAL_ERROR,
+            "the episode is over"
+        );
+        let closed = mcp(&json!({"jsonrpc": "2.0", "method": "openenv/session/close", "params": {"session_id": id}, "id": 6}).to_string());
+        assert_eq!(closed["result"]["closed"], true);
+        assert_eq!(
+            call("read", json!({}))["error"]["code"],
+            rpc::INVALID_PARAMS,
+            "the session is closed"
+        );
+        // Its place in the table is free again.
+        assert!(
+            mcp(r#"{"jsonrpc": "2.0", "method": "openenv/session/create", "id": 7}"#)["result"]
+                ["session_id"]
+                .is_string()
+        );
+    }
+
+    #[test]
+    fn mcp_over_the_websocket_acts_on_the_connections_episode() {
+        let mut s = session();
+        let mcp = |s: &mut Session, request: Value| {
+            let reply = send(s, &json!({"type": "mcp", "data": request}));
+            assert_eq!(reply["type"], "mcp", "{reply}");
+            reply["data"].clone()
+        };
+        let read =
+            json!({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "read"}, "id": 1});
+        assert_eq!(
+            mcp(&mut s, read.clone())["error"]["code"],
+            rpc::INTERNAL_ERROR,
+            "no episode before reset"
+        );
+        reset(&mut s, json!({"task": 0}));
+        let answer = mcp(&mut s, read);
+        assert_eq!(answer["id"], 1);
+        assert_eq!(
+            answer["result"]["content"][0]["text"],
+            answer["result"]["data"]["observation"]["text"]
+        );
+        assert_eq!(s.state().step_count, 1);
+        assert_eq!(
+            mcp(&mut s, json!({}))["error"]["code"],
+            rpc::INVALID_REQUEST
         );
     }
 

@@ -5,7 +5,7 @@
 use agentrl::gym::task_zero;
 use agentrl::service::{
     demo_exchange, demo_load, run_load, serve, Client, Config, ServerHandle, MAX_BODY_BYTES,
-    OPENENV_VERSION,
+    OPENENV_CURRENT, OPENENV_VERSION,
 };
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -47,27 +47,8 @@ fn wait_bounded(child: &mut Child, limit: Duration) -> Option<std::process::Exit
     None
 }
 
-#[test]
-fn the_openenv_python_client_plays_an_oracle_episode() {
-    let python = workspace_root().join(".venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: {SETUP_HINT}",
-        python.display()
-    );
-    let probe = Command::new(&python)
-        .args([
-            "-c",
-            "from openenv.core.generic_client import GenericEnvClient",
-        ])
-        .output()
-        .expect("python runs");
-    assert!(
-        probe.status.success(),
-        "the OpenEnv client does not import ({}): {SETUP_HINT}",
-        String::from_utf8_lossy(&probe.stderr).trim()
-    );
-
+/// A `gym-server` on a free port, and its URL.
+fn start_server() -> (Child, String) {
     let server = Command::new(env!("CARGO_BIN_EXE_gym-server"))
         .args(["--port", "0", "--quiet"])
         .stdout(Stdio::piped())
@@ -83,11 +64,18 @@ fn the_openenv_python_client_plays_an_oracle_episode() {
         .find(|w| w.starts_with("http://"))
         .unwrap_or_else(|| panic!("no URL in {first:?}"))
         .to_string();
+    (server, url)
+}
 
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openenv_client.py");
-    let client = Command::new(&python)
+/// Run tests/SCRIPT with `python` and `args` (at most two minutes); its
+/// standard output, or a panic with both outputs if it failed.
+fn run_python(python: &PathBuf, script: &str, args: &[&str]) -> String {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(script);
+    let client = Command::new(python)
         .arg(&script)
-        .args([url.as_str(), task_zero().fix_op(), OPENENV_VERSION])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -113,12 +101,77 @@ fn the_openenv_python_client_plays_an_oracle_episode() {
     eprintln!("{}", out.trim());
     assert!(
         status.success(),
-        "the OpenEnv client's checks failed:\n{out}\n{err}"
+        "{} failed:\n{out}\n{err}",
+        script.display()
+    );
+    out
+}
+
+/// `python` exists and imports `module`, or a panic that says how to get it.
+fn python_with(python: PathBuf, module: &str, hint: &str) -> PathBuf {
+    assert!(python.exists(), "{} is missing: {hint}", python.display());
+    let probe = Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .expect("python runs");
+    assert!(
+        probe.status.success(),
+        "{module} does not import ({}): {hint}",
+        String::from_utf8_lossy(&probe.stderr).trim()
+    );
+    python
+}
+
+#[test]
+fn the_openenv_python_client_plays_an_oracle_episode() {
+    let python = python_with(
+        workspace_root().join(".venv/bin/python"),
+        "openenv.core.generic_client",
+        SETUP_HINT,
+    );
+    let (_server, url) = start_server();
+    let out = run_python(
+        &python,
+        "openenv_client.py",
+        &[url.as_str(), task_zero().fix_op(), OPENENV_VERSION],
     );
     assert!(
         out.contains("oracle episode reward 1.0, done True"),
         "{out}"
     );
+}
+
+/// The current OpenEnv release: its validator passes the server, its MCP
+/// client plays an episode through the tools, and the TRL environment class
+/// (agentrl/clients/bugfix_trl.py) is what TRL's GRPOTrainer can use.
+#[test]
+fn the_current_openenv_validates_the_server_and_plays_it_over_mcp_and_as_a_trl_environment() {
+    let python = python_with(
+        workspace_root().join(".venv-openenv/bin/python"),
+        "openenv.core.mcp_client, transformers",
+        "run `cargo xtask setup` to create .venv-openenv with the current OpenEnv",
+    );
+    let (_server, url) = start_server();
+    let held_out = agentrl::gym::Gym::standard().held_out[1]
+        .fix_op()
+        .to_string();
+    let out = run_python(
+        &python,
+        "openenv_current.py",
+        &[
+            url.as_str(),
+            task_zero().fix_op(),
+            OPENENV_CURRENT,
+            &held_out,
+        ],
+    );
+    for line in [
+        "openenv validate --url: passed 6 criteria",
+        "oracle episode reward 1.0, done True",
+        "held-out episode reward 1.0",
+    ] {
+        assert!(out.contains(line), "{line:?} missing from:\n{out}");
+    }
 }
 
 /// The load test: 32 clients at once, 20 episodes each (oracle and seeded
@@ -404,7 +457,13 @@ fn malformed_http_gets_4xx_with_a_json_body() {
             422,
         ),
         (b"GET /ws HTTP/1.1\r\n\r\n".to_vec(), 426),
-        (b"GET /mcp HTTP/1.1\r\n\r\n".to_vec(), 404),
+        (b"GET /mcp HTTP/1.1\r\n\r\n".to_vec(), 405),
+        (b"GET /nowhere HTTP/1.1\r\n\r\n".to_vec(), 404),
+        // What `openenv validate` sends: answered 200 with a JSON-RPC error.
+        (
+            b"POST /mcp HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
+            200,
+        ),
         (b"PUT /state HTTP/1.1\r\n\r\n".to_vec(), 405),
         (
             b"POST /reset HTTP/1.1\r\ncontent-length: 40\r\n\r\n{\"ta".to_vec(),

@@ -7,8 +7,9 @@ Run by agentrl/tests/gym_server.rs as
 It resets task 0 of the train split, plays the oracle's episode (read, test,
 edit with the fix, test, submit), checks the reward of 1 and the end of the
 episode, reads the state, checks that bad requests get the error codes they
-should while the connection lives on, and calls the HTTP routes. Any failed
-check raises, so the exit status is non-zero.
+should while the connection lives on, calls the HTTP routes, and runs
+OpenEnv's validator of a running server. Any failed check raises, so the exit
+status is non-zero.
 """
 
 import json
@@ -88,7 +89,15 @@ def main(url, fix_op, version):
     status, stateless = http(f"{url}/step", "POST", json.dumps({"action": {"message": "<call> read </call>"}}))
     assert status == 409 and stateless["code"] == "EXECUTION_ERROR", (status, stateless)
 
-    print(f"openenv-core {installed}: oracle episode reward {result.reward}, done {result.done}; errors and HTTP routes as expected")
+    # OpenEnv's validator of a running server (what `openenv validate --url`
+    # runs; the CLI itself needs the extras this client install leaves out).
+    from openenv.cli._validation import validate_running_environment
+
+    report = validate_running_environment(url)
+    failed = [c for c in report["criteria"] if not c.get("passed")]
+    assert report["passed"] and not failed, failed
+
+    print(f"openenv-core {installed}: validator passed {len(report['criteria'])} criteria; oracle episode reward {result.reward}, done {result.done}; errors and HTTP routes as expected")
 
 
 if __name__ == "__main__":

@@ -342,32 +342,32 @@ fn in_pool(
 }
 
 /// Seconds each chapter took in the test command's chapter stage (two chapters
-/// side by side on a 2-core AMD EPYC, fresh clone of 4c5190c), used only to
-/// order the chapters longest first: two workers taking chapters in that
-/// order finish together, where chapter order could leave the longest chapter
-/// running alone at the end. A chapter missing here counts as
-/// [`UNMEASURED_SECONDS`].
+/// side by side on a 2-core AMD EPYC, fresh clone of 933d7aa, partly beside
+/// other work, so only their order matters), used only to order the chapters
+/// longest first: two workers taking chapters in that order finish together,
+/// where chapter order could leave the longest chapter running alone at the
+/// end. A chapter missing here counts as [`UNMEASURED_SECONDS`].
 const CHAPTER_SECONDS: &[(&str, u32)] = &[
     ("00", 1),
     ("01", 1),
     ("02", 1),
     ("03", 15),
-    ("04", 364),
-    ("05", 86),
-    ("06", 202),
-    ("07", 191),
-    ("08", 186),
-    ("09", 207),
-    ("10", 217),
-    ("11", 220),
-    ("12", 225),
-    ("13", 84),
-    ("14", 194),
-    ("15", 321),
-    ("16", 265),
-    ("17", 310),
-    ("18", 338),
-    ("19", 257),
+    ("04", 589),
+    ("05", 129),
+    ("06", 160),
+    ("07", 224),
+    ("08", 128),
+    ("09", 244),
+    ("10", 231),
+    ("11", 403),
+    ("12", 646),
+    ("13", 100),
+    ("14", 241),
+    ("15", 391),
+    ("16", 408),
+    ("17", 503),
+    ("18", 686),
+    ("19", 370),
     ("20", 1),
 ];
 const UNMEASURED_SECONDS: u32 = 150;

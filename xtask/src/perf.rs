@@ -193,6 +193,7 @@ pub fn perf(stored: bool) -> Result<()> {
     let baseline_output = root().join("target/criterion/train_step_baseline.txt");
     let ratios_output = root().join("target/criterion/train_step_ratios.json");
     let target_output = root().join("target/criterion/time_to_target.txt");
+    let load_output = root().join("target/criterion/load.txt");
     let (rust_speed, torch_speed) = (
         root().join("target/criterion/policy_speed_rust.txt"),
         root().join("target/criterion/policy_speed_pytorch.txt"),
@@ -229,6 +230,21 @@ pub fn perf(stored: bool) -> Result<()> {
         }
         std::fs::write(&target_output, &out.stdout)
             .map_err(|err| format!("cannot write {}: {err}", target_output.display()))?;
+        step("benchmark: the gym server under 1, 8, 32 and 64 concurrent sessions (Chapter 13's load test)");
+        let out = util::capture(
+            Command::new("cargo")
+                .args(["bench", "-p", "agentrl", "--bench", "load"])
+                .envs(env.clone())
+                .current_dir(root()),
+        )?;
+        if !out.status.success() {
+            return Err(format!(
+                "the load benchmark failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        std::fs::write(&load_output, &out.stdout)
+            .map_err(|err| format!("cannot write {}: {err}", load_output.display()))?;
         step("the policy's speed: TinyAgent in tch (benchmark policy_speed), then the same model in PyTorch eager (benches/policy_speed.py)");
         let mut tch_bench = Command::new("cargo");
         tch_bench.args(["bench", "-p", "agentrl", "--bench", "policy_speed"]);
@@ -321,6 +337,23 @@ pub fn perf(stored: bool) -> Result<()> {
             (missed, "–".to_string(), "–".to_string())
         }
     };
+    // The load test's lines: "load N: p50 A ms, p90 B ms, p99 C ms, D steps/s, E steps, F failures".
+    let load = util::read(&load_output)?;
+    let mut load_rows = Vec::new();
+    for (i, line) in load.lines().filter(|l| l.starts_with("load ")).enumerate() {
+        let (clients, rest) = line["load ".len()..]
+            .split_once(": ")
+            .ok_or_else(|| format!("{}: cannot read {line:?}", load_output.display()))?;
+        let what = if i == 0 { "gym server under load" } else { "" };
+        load_rows.push((
+            what,
+            format!("{clients} concurrent WebSocket sessions on loopback, 10 episodes each, every step checked: the clients' step latency, steps per second, failures (not a ratio)"),
+            rest.to_string(),
+        ));
+    }
+    if load_rows.is_empty() {
+        return Err(format!("{}: no load lines", load_output.display()));
+    }
     let rows = [
         ("KV cache", "generating 256 tokens for 8 prompts: time without the cache / time with it", format!("{:.1}×", recomputed / cached)),
         ("64-bit weights", "the same generation with the cache: 64-bit weights / 32-bit weights", format!("{:.2}×", cached / single)),
@@ -350,6 +383,9 @@ pub fn perf(stored: bool) -> Result<()> {
         setup::TORCH
     );
     for (what, of, value) in rows {
+        table.push_str(&format!("| {what} | {of} | {value} |\n"));
+    }
+    for (what, of, value) in &load_rows {
         table.push_str(&format!("| {what} | {of} | {value} |\n"));
     }
     std::fs::write(root().join(TABLE), &table)

@@ -31,6 +31,19 @@ const OPENENV_CLIENT_DEPS: &[&str] = &[
     "requests==2.34.2",
     "websockets==17.4",
 ];
+/// The current OpenEnv release (the project's new name, `openenv`), which
+/// cannot share a virtualenv with `openenv-core` (both install the package
+/// `openenv`, and it needs FastMCP 3): a full install in `.venv-openenv`,
+/// with its command-line tool (`openenv validate`), and the transformers
+/// release whose `get_json_schema` TRL reads environment tools with.
+pub const OPENENV_CURRENT: &str = "0.10.0";
+const OPENENV_CURRENT_DEPS: &[&str] = &["transformers==5.25.0"];
+
+/// The virtualenv of the current OpenEnv release.
+pub fn openenv_venv() -> PathBuf {
+    root().join(".venv-openenv")
+}
+
 pub const KERNEL: &str = "agentrl-rust";
 /// The kernel the test command executes the notebooks with: the second setting.
 pub const CHECK_KERNEL: &str = "agentrl-rust-second-setting";
@@ -88,6 +101,7 @@ pub fn begin(browser: bool) -> Result<Tools> {
     libtorch_link()
         .and_then(|()| jupyter())
         .and_then(|()| openenv_client())
+        .and_then(|()| openenv_current())
         .and_then(|()| if browser { chromium() } else { Ok(()) })?;
     kernelspec()?;
     katex_assets()?;
@@ -272,6 +286,34 @@ fn openenv_client() -> Result<()> {
     pip(&["--no-deps", &format!("openenv-core=={OPENENV}")])?;
     pip(OPENENV_CLIENT_DEPS)?;
     eprintln!("  the OpenEnv client installed in {}", util::secs(t));
+    Ok(())
+}
+
+/// Chapter 13's tests also run the current OpenEnv release: its validator
+/// (`openenv validate --url`), its MCP client, and the TRL environment class.
+fn openenv_current() -> Result<()> {
+    let venv = openenv_venv();
+    let marker = venv.join(format!("installed-openenv-{OPENENV_CURRENT}"));
+    if marker.exists() && venv.join("bin/openenv").exists() {
+        return Ok(());
+    }
+    let t = Instant::now();
+    step(&format!("installing OpenEnv {OPENENV_CURRENT} (package openenv, with its CLI) and transformers into .venv-openenv (about 500 MB, a minute or two)"));
+    if !venv.join("bin/python").exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    run(Command::new(venv.join("bin/python"))
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--quiet",
+        ])
+        .arg(format!("openenv=={OPENENV_CURRENT}"))
+        .args(OPENENV_CURRENT_DEPS))?;
+    util::write(&marker, "")?;
+    eprintln!("  OpenEnv {OPENENV_CURRENT} installed in {}", util::secs(t));
     Ok(())
 }
 
