@@ -17,7 +17,8 @@ a session left idle for its idle timeout.
     GYM_URL=http://127.0.0.1:8000 python train.py   # train.py passes environment_factory=BugFixToolEnv
 
 Dataset rows name the task: `{"prompt": [...], "task": 3, "split": "train"}`.
-Keep `split="held_out"` out of training data: the server serves both splits.
+The server refuses the held-out split unless started with `--held-out`, which
+an evaluation server uses and a training server should not.
 """
 
 import os

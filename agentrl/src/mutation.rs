@@ -1189,6 +1189,56 @@ pub fn play_baselines(
 }
 // ANCHOR_END: baselines
 
+/// Baselines for files with several bugs that two edits repair (Section
+/// 12.5's files with two bugs), each ending with `submit` well within the
+/// turn budget: chance, two distinct candidates drawn at random (exact: the
+/// mean over every ordered pair of the menu); the lookup rule's two
+/// candidates of highest rate (exact over its ties); and the oracle, the two
+/// repairs. Per-task success, in the shape of [`Baselines`] without a search.
+pub fn pair_baselines(tasks: &[Task], lookup: &Lookup) -> Baselines {
+    let mut out = Baselines::default();
+    for (t, task) in tasks.iter().enumerate() {
+        let mut env = BugFixEnv::new(tasks.to_vec(), crate::gym::MAX_TURNS);
+        let mut solved = |a: &Edit, b: &Edit| -> f64 {
+            env.reset(t);
+            env.step(&format!("<call> edit {} </call>", a.name));
+            env.step(&format!("<call> edit {} </call>", b.name));
+            env.step("<call> submit </call>").reward
+        };
+        let pairs = |among: &[&Edit], with: &[&Edit]| -> Vec<(Edit, Edit)> {
+            among
+                .iter()
+                .flat_map(|a| {
+                    with.iter()
+                        .filter(|b| b.name != a.name)
+                        .map(|b| ((*a).clone(), (*b).clone()))
+                })
+                .collect()
+        };
+        let mean = |solved: &mut dyn FnMut(&Edit, &Edit) -> f64, pairs: &[(Edit, Edit)]| {
+            pairs.iter().map(|(a, b)| solved(a, b)).sum::<f64>() / pairs.len().max(1) as f64
+        };
+        let menu: Vec<&Edit> = task.menu.iter().collect();
+        out.chance.push(mean(&mut solved, &pairs(&menu, &menu)));
+        // The lookup rule: the highest rate first, then the next; a tie is broken at random.
+        let rate = |e: &Edit| lookup.rates.get(&diff_shape(e)).copied().unwrap_or(0.0);
+        let mut values: Vec<f64> = menu.iter().map(|e| rate(e)).collect();
+        values.sort_by(|a, b| b.total_cmp(a));
+        let (first, second) = (values[0], values[1]);
+        let at = |v: f64| -> Vec<&Edit> { menu.iter().copied().filter(|e| rate(e) == v).collect() };
+        out.lookup
+            .push(mean(&mut solved, &pairs(&at(first), &at(second))));
+        let fixes: Vec<&Edit> = menu
+            .iter()
+            .copied()
+            .filter(|e| e.kind == EditKind::Fix)
+            .collect();
+        out.oracle
+            .push(mean(&mut solved, &pairs(&fixes[..1], &fixes)));
+    }
+    out
+}
+
 /// Mutants per operator over `programs`: how the defects spread.
 pub fn operator_counts(programs: &[Program]) -> BTreeMap<Operator, usize> {
     let mut counts = BTreeMap::new();
@@ -1203,6 +1253,51 @@ pub fn operator_counts(programs: &[Program]) -> BTreeMap<Operator, usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn on_files_with_two_bugs_the_oracle_repairs_and_chance_counts_the_ordered_pairs() {
+        let gym = crate::gym::Gym::standard();
+        let tasks = crate::horizon::multi_bug_tasks(&gym.held_out, 2, 3, 5);
+        let lookup = Lookup::fit(&tasks);
+        let b = pair_baselines(&tasks, &lookup);
+        assert_eq!(b.oracle, vec![1.0; 3]);
+        for (task, chance) in tasks.iter().zip(&b.chance) {
+            // Only the two repairs, in either order, fix both bugs: 2 of m (m - 1) ordered pairs.
+            let m = task.menu.len() as f64;
+            assert!(
+                (chance - 2.0 / (m * (m - 1.0))).abs() < 1e-12,
+                "{chance} for a menu of {m}"
+            );
+        }
+        // A rule that rates exactly the repairs' shapes (1) picks among the k candidates of those
+        // shapes: both repairs in 2 of its k (k - 1) ordered pairs.
+        let fix_shapes: HashMap<String, f64> = tasks
+            .iter()
+            .flat_map(|t| {
+                t.menu
+                    .iter()
+                    .filter(|e| e.kind == EditKind::Fix)
+                    .map(|e| (diff_shape(e), 1.0))
+            })
+            .collect();
+        let knows = pair_baselines(
+            &tasks,
+            &Lookup {
+                rates: fix_shapes.clone(),
+            },
+        );
+        for (task, lookup) in tasks.iter().zip(&knows.lookup) {
+            let k = task
+                .menu
+                .iter()
+                .filter(|e| fix_shapes.contains_key(&diff_shape(e)))
+                .count() as f64;
+            assert!(
+                (lookup - 2.0 / (k * (k - 1.0))).abs() < 1e-12,
+                "{lookup} with {k} top candidates"
+            );
+        }
+    }
 
     const SUM: &str = "fn total(xs, limit) {\n    let s = 0;\n    let i = 0;\n    while i < xs.len() {\n        if xs[i] <= limit && xs[i] > 0 {\n            s += xs[i];\n        }\n        i += 1;\n    }\n    return max(s, 0);\n}\n";
 

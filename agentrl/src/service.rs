@@ -26,7 +26,8 @@
 //! Reset data (every field optional; other fields are ignored, as OpenEnv
 //! ignores what its environment's `reset` does not take): `task` (index in the
 //! split, default 0, or `seed` modulo the split's size when only `seed` is
-//! given), `split` (`"train"` or `"held_out"`, default `"train"`), `seed` (an
+//! given), `split` (`"train"` or `"held_out"`, default `"train"`; the
+//! held-out split only if [`Limits::serve_held_out`]), `seed` (an
 //! integer >= 0), `episode_id` (a string of at most 255 characters; the server
 //! numbers episodes itself otherwise).
 //!
@@ -512,6 +513,9 @@ impl Counters {
 pub struct Limits {
     pub max_turns: usize,
     pub max_action_bytes: usize,
+    /// Whether a reset may name the held-out split. Off by default: a server
+    /// a trainer points at should not hand it the evaluation tasks.
+    pub serve_held_out: bool,
 }
 
 impl Default for Limits {
@@ -519,6 +523,7 @@ impl Default for Limits {
         Limits {
             max_turns: MAX_TURNS,
             max_action_bytes: MAX_ACTION_BYTES,
+            serve_held_out: false,
         }
     }
 }
@@ -709,6 +714,12 @@ impl Session {
             })?,
             Some(_) => return Err(Failure::invalid(&["data", "split"], "must be a string")),
         };
+        if split == Split::HeldOut && !self.limits.serve_held_out {
+            return Err(Failure::invalid(
+                &["data", "split"],
+                "the held-out split is not served: it is for evaluation (start gym-server with --held-out)",
+            ));
+        }
         let seed = match data.get("seed") {
             None | Some(Value::Null) => None,
             Some(value) => Some(whole(value, &["data", "seed"])?),
@@ -1001,6 +1012,7 @@ impl Service {
 
     /// A session for a WebSocket connection, or the `CAPACITY_REACHED` reply.
     pub fn open(&self) -> Result<(Ticket, Session), String> {
+        self.close_idle_mcp_sessions();
         match self.table.open() {
             Ok(ticket) => {
                 bump(&self.counters.sessions_opened);
@@ -1044,7 +1056,7 @@ impl Service {
             "description": format!(
                 "The BugFix gym of Agentic RL in Rust: repair a Rhai function with the tools read, test, edit <op>, submit, one call per turn as <call> tool [arg] </call>, at most {} turns; reward 1 for a submitted fix that passes the hidden tests. {} train tasks, {} held-out tasks.",
                 self.config.limits.max_turns, self.catalog.len(Split::Train), self.catalog.len(Split::HeldOut)
-            ),
+            ) + if self.config.limits.serve_held_out { " The held-out split is served (for evaluation)." } else { " The held-out split is not served (gym-server --held-out serves it, for evaluation)." },
             "readme_content": null,
             "version": env!("CARGO_PKG_VERSION"),
             "author": null,
@@ -1493,12 +1505,7 @@ impl Service {
             Some(Value::String(id)) => Some(id.clone()),
             Some(_) => return Err(bad("\"session_id\" must be a string".into())),
         };
-        // Close the sessions nobody used within the idle timeout.
-        {
-            let mut sessions = self.lock_mcp();
-            let timeout = self.config.idle_timeout;
-            sessions.retain(|_, s| s.lock().map_or(true, |s| s.used.elapsed() < timeout));
-        }
+        self.close_idle_mcp_sessions();
         match request.method.as_str() {
             "openenv/session/create" => {
                 let mut data = request.params.clone();
@@ -1537,6 +1544,14 @@ impl Service {
             }
             _ => self.fresh().mcp(request),
         }
+    }
+
+    /// Close the MCP sessions nobody used within the idle timeout (a
+    /// session joined by an open WebSocket is used by its messages).
+    fn close_idle_mcp_sessions(&self) {
+        let timeout = self.config.idle_timeout;
+        self.lock_mcp()
+            .retain(|_, s| s.lock().map_or(true, |s| s.used.elapsed() < timeout));
     }
 
     fn lock_mcp(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Mutex<McpSession>>>> {
@@ -2412,23 +2427,71 @@ mod tests {
 
     static CATALOG: LazyLock<Arc<Catalog>> = LazyLock::new(|| Arc::new(Catalog::standard()));
 
+    /// A service for the tests, serving both splits.
     fn service(max_sessions: usize) -> Service {
         Service::new(
             Config {
                 max_sessions,
+                limits: Limits {
+                    serve_held_out: true,
+                    ..Limits::default()
+                },
                 ..Config::default()
             },
             CATALOG.clone(),
         )
     }
 
+    /// A session for the tests, serving both splits.
     fn session() -> Session {
         Session::new(
             CATALOG.clone(),
             Arc::new(Counters::default()),
-            Limits::default(),
+            Limits {
+                serve_held_out: true,
+                ..Limits::default()
+            },
             1,
         )
+    }
+
+    #[test]
+    fn the_held_out_split_is_served_only_when_asked_for() {
+        let mut s = Session::new(
+            CATALOG.clone(),
+            Arc::new(Counters::default()),
+            Limits::default(),
+            1,
+        );
+        let refused = reset(&mut s, json!({"task": 0, "split": "held_out"}));
+        assert_eq!(code(&refused), "VALIDATION_ERROR");
+        assert!(
+            refused["data"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("--held-out"),
+            "{refused}"
+        );
+        assert_eq!(reset(&mut s, json!({"task": 0}))["type"], "observation");
+        let service = Service::new(Config::default(), CATALOG.clone());
+        assert_eq!(
+            service
+                .http("POST", "/reset", br#"{"split": "held_out"}"#)
+                .status,
+            422
+        );
+        let created = service.http("POST", "/mcp", br#"{"jsonrpc": "2.0", "method": "openenv/session/create", "params": {"split": "held_out"}, "id": 1}"#);
+        let created: Value = serde_json::from_str(&created.body).unwrap();
+        assert_eq!(created["error"]["code"], rpc::INVALID_PARAMS);
+        assert_eq!(
+            service.table.active(),
+            0,
+            "the refused session gave its place back"
+        );
+        assert!(service.metadata()["description"]
+            .as_str()
+            .unwrap()
+            .contains("not served"));
     }
 
     fn send(session: &mut Session, message: &Value) -> Value {

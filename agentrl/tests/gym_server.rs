@@ -50,7 +50,7 @@ fn wait_bounded(child: &mut Child, limit: Duration) -> Option<std::process::Exit
 /// A `gym-server` on a free port, and its URL.
 fn start_server() -> (Child, String) {
     let server = Command::new(env!("CARGO_BIN_EXE_gym-server"))
-        .args(["--port", "0", "--quiet"])
+        .args(["--port", "0", "--held-out", "--quiet"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("gym-server starts");

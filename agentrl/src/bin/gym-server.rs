@@ -8,17 +8,19 @@ use std::time::Duration;
 
 const HELP: &str = "gym-server: the BugFix gym of Agentic RL in Rust as an OpenEnv server
 
-Usage: gym-server [--host HOST] [--port PORT] [--max-sessions N] [--idle-timeout SECONDS] [--quiet]
+Usage: gym-server [--host HOST] [--port PORT] [--max-sessions N] [--idle-timeout SECONDS] [--held-out] [--quiet]
 
   --host HOST             address to listen on (default 127.0.0.1)
   --port PORT             port to listen on; 0 picks a free one (default 8000)
   --max-sessions N        concurrent WebSocket sessions (default 64)
   --idle-timeout SECONDS  close a WebSocket that sends nothing for this long (default 300)
+  --held-out              also serve the held-out split (for evaluation; not for a trainer)
   --quiet                 do not log sessions and errors to stderr
   -h, --help              print this help
 
 Protocol: OpenEnv (the client of openenv-core) over WebSocket /ws, plus HTTP
-GET /health /metadata /schema /state /stats and POST /reset /step.
+GET /health /metadata /schema /state /stats /openapi.json and POST /reset /step,
+and MCP (tools/list, tools/call) over POST /mcp and /ws.
 Reset data: {\"task\": N, \"split\": \"train\" | \"held_out\"}; step data: {\"message\": \"<call> read </call>\"}.
 The first line on stdout is the address the server listens on.";
 
@@ -61,6 +63,7 @@ fn parse() -> Result<(String, u16, Config), String> {
                 }
                 config.idle_timeout = Duration::from_secs_f64(secs);
             }
+            "--held-out" => config.limits.serve_held_out = true,
             "--quiet" => config.log = false,
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
