@@ -1465,11 +1465,14 @@ impl Session {
 }
 
 /// A session opened by `openenv/session/create`: its place in the table,
-/// its environment, and when it was last used.
+/// its environment, when it was last used, and how many WebSockets have
+/// joined it and are still open (a joined session is in use however long
+/// its client pauses; OpenEnv's client keeps its WebSocket alive with pings).
 struct McpSession {
     _ticket: Ticket,
     session: Session,
     used: Instant,
+    joined: usize,
 }
 
 impl Service {
@@ -1521,6 +1524,7 @@ impl Service {
                     _ticket: ticket,
                     session,
                     used: Instant::now(),
+                    joined: 0,
                 };
                 self.lock_mcp().insert(id.clone(), Arc::new(Mutex::new(entry)));
                 Ok(json!({"session_id": id, "observation": first.observation}))
@@ -1546,12 +1550,14 @@ impl Service {
         }
     }
 
-    /// Close the MCP sessions nobody used within the idle timeout (a
-    /// session joined by an open WebSocket is used by its messages).
+    /// Close the MCP sessions that no open WebSocket has joined and nobody
+    /// used within the idle timeout.
     fn close_idle_mcp_sessions(&self) {
         let timeout = self.config.idle_timeout;
-        self.lock_mcp()
-            .retain(|_, s| s.lock().map_or(true, |s| s.used.elapsed() < timeout));
+        self.lock_mcp().retain(|_, s| {
+            s.lock()
+                .map_or(true, |s| s.joined > 0 || s.used.elapsed() < timeout)
+        });
     }
 
     fn lock_mcp(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Mutex<McpSession>>>> {
@@ -2029,7 +2035,10 @@ fn websocket(stream: TcpStream, already_read: Vec<u8>, service: &Service, joined
         WebSocket::from_partially_read(stream, already_read, Role::Server, Some(config));
     let opened = match joined {
         Some(id) => match service.lock_mcp().get(&id).cloned() {
-            Some(shared) => Ok(Held::Joined(id, shared)),
+            Some(shared) => {
+                shared.lock().unwrap_or_else(|p| p.into_inner()).joined += 1;
+                Ok(Held::Joined(id, shared))
+            }
             None => Err(error_text(&Failure::new(
                 ErrorCode::SessionError,
                 format!("no MCP session {id:?} to join (closed, or idle for too long)"),
@@ -2116,6 +2125,11 @@ fn websocket(stream: TcpStream, already_read: Vec<u8>, service: &Service, joined
     };
     if session.in_episode() {
         bump(&service.counters.disconnects_mid_episode);
+    }
+    if let Held::Joined(_, shared) = &session {
+        let mut entry = shared.lock().unwrap_or_else(|p| p.into_inner());
+        entry.joined -= 1;
+        entry.used = Instant::now();
     }
     log(service, || {
         format!(
@@ -2961,6 +2975,39 @@ mod tests {
                 ["session_id"]
                 .is_string()
         );
+    }
+
+    #[test]
+    fn an_idle_mcp_session_is_closed_unless_a_websocket_holds_it() {
+        let service = Service::new(
+            Config {
+                idle_timeout: Duration::from_millis(20),
+                ..Config::default()
+            },
+            CATALOG.clone(),
+        );
+        let mcp = |body: &str| -> Value {
+            serde_json::from_str(&service.http("POST", "/mcp", body.as_bytes()).body).unwrap()
+        };
+        let id = mcp(r#"{"jsonrpc": "2.0", "method": "openenv/session/create", "id": 1}"#)
+            ["result"]["session_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let read = json!({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "read", "session_id": id}, "id": 2}).to_string();
+        // A WebSocket has joined it (as `/ws?session_id=` does): idle or not, it stays.
+        service.lock_mcp()[&id].lock().unwrap().joined += 1;
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(
+            mcp(&read)["result"].is_object(),
+            "a joined session was closed"
+        );
+        assert_eq!(service.table.active(), 1);
+        // The WebSocket went away: idle for the timeout, the session is closed and its place freed.
+        service.lock_mcp()[&id].lock().unwrap().joined -= 1;
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(mcp(&read)["error"]["code"], rpc::INVALID_PARAMS);
+        assert_eq!(service.table.active(), 0);
     }
 
     #[test]

@@ -347,7 +347,7 @@ pub fn perf(stored: bool) -> Result<()> {
         let what = if i == 0 { "gym server under load" } else { "" };
         load_rows.push((
             what,
-            format!("{clients} concurrent WebSocket sessions on loopback, 10 episodes each, every step checked: the clients' step latency, steps per second, failures (not a ratio)"),
+            format!("{clients} concurrent WebSocket {} on loopback, 10 episodes each, every step checked: the clients' step latency, steps per second, failures (not a ratio)", if clients == "1" { "session" } else { "sessions" }),
             rest.to_string(),
         ));
     }
