@@ -186,6 +186,24 @@ fn step_ratios(
     ))
 }
 
+/// Run `cargo bench --bench NAME` in the book environment `env` and keep what it prints in `output`.
+fn bench_to_file(name: &str, env: &[(String, String)], output: &std::path::Path) -> Result<()> {
+    let out = util::capture(
+        Command::new("cargo")
+            .args(["bench", "-p", "agentrl", "--bench", name])
+            .envs(env.iter().cloned())
+            .current_dir(root()),
+    )?;
+    if !out.status.success() {
+        return Err(format!(
+            "the {name} benchmark failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    std::fs::write(output, &out.stdout)
+        .map_err(|err| format!("cannot write {}: {err}", output.display()))
+}
+
 /// Run the benchmarks (unless `stored`: then rewrite the table from the
 /// results of the last run, kept in `target/`) and write the table.
 pub fn perf(stored: bool) -> Result<()> {
@@ -216,35 +234,9 @@ pub fn perf(stored: bool) -> Result<()> {
         std::fs::write(&ratios_output, ratios.to_string())
             .map_err(|err| format!("cannot write {}: {err}", ratios_output.display()))?;
         step("benchmark: GRPO++ to a mean held-out success of 0.8 over five seeds, two at a time");
-        let out = util::capture(
-            Command::new("cargo")
-                .args(["bench", "-p", "agentrl", "--bench", "time_to_target"])
-                .envs(env.clone())
-                .current_dir(root()),
-        )?;
-        if !out.status.success() {
-            return Err(format!(
-                "the time_to_target benchmark failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        std::fs::write(&target_output, &out.stdout)
-            .map_err(|err| format!("cannot write {}: {err}", target_output.display()))?;
+        bench_to_file("time_to_target", &env, &target_output)?;
         step("benchmark: the gym server under 1, 8, 32 and 64 concurrent sessions (Chapter 13's load test)");
-        let out = util::capture(
-            Command::new("cargo")
-                .args(["bench", "-p", "agentrl", "--bench", "load"])
-                .envs(env.clone())
-                .current_dir(root()),
-        )?;
-        if !out.status.success() {
-            return Err(format!(
-                "the load benchmark failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        std::fs::write(&load_output, &out.stdout)
-            .map_err(|err| format!("cannot write {}: {err}", load_output.display()))?;
+        bench_to_file("load", &env, &load_output)?;
         step("the policy's speed: TinyAgent in tch (benchmark policy_speed), then the same model in PyTorch eager (benches/policy_speed.py)");
         let mut tch_bench = Command::new("cargo");
         tch_bench.args(["bench", "-p", "agentrl", "--bench", "policy_speed"]);
