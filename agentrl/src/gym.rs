@@ -76,6 +76,11 @@ pub struct Task {
     /// before the last edit (off for the gym's own tasks).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub undo: bool,
+    /// Chapter 12: `test` shows only the first failing test and how many
+    /// more fail (or that all pass), so that a long episode fits a small
+    /// model's window (off for the gym's own tasks).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terse: bool,
 }
 // ANCHOR_END: task
 
@@ -714,6 +719,7 @@ pub fn generate(family: Family, seed: u64, id: impl Into<String>) -> Task {
             hidden_tests: hidden,
             menu,
             undo: false,
+            terse: false,
         };
     }
     panic!("no valid tests found for {family} with seed {seed}")
@@ -756,6 +762,7 @@ pub fn task_zero() -> Task {
         hidden_tests: HIDDEN_TESTS.iter().map(Test::from).collect(),
         menu,
         undo: false,
+        terse: false,
     }
 }
 // ANCHOR_END: task_zero
@@ -1078,8 +1085,19 @@ impl BugFixEnv {
             &self.caches[task].sources[source].clone(),
             &self.tasks[task].public_tests,
         );
-        let text: Vec<&str> = lines.iter().map(|line| line.text.as_str()).collect();
-        let result = (Arc::<str>::from(text.join("\n")), all_pass(&lines));
+        let text = if !self.tasks[task].terse {
+            let text: Vec<&str> = lines.iter().map(|line| line.text.as_str()).collect();
+            text.join("\n")
+        } else {
+            // Terse: the first failing test, and how many more fail.
+            let mut failing = lines.iter().filter(|line| !line.passed);
+            match (failing.next(), failing.count()) {
+                (None, _) => format!("all {} public tests pass", lines.len()),
+                (Some(first), 0) => first.text.clone(),
+                (Some(first), more) => format!("{}\n{more} more failing", first.text),
+            }
+        };
+        let result = (Arc::<str>::from(text), all_pass(&lines));
         self.caches[task].public[source] = Some(result.clone());
         result
     }

@@ -148,6 +148,7 @@ pub fn compose(parts: &[&Task], id: &str, seed: u64) -> Option<Task> {
         hidden_tests,
         menu,
         undo: true,
+        terse: false,
     })
 }
 
@@ -202,12 +203,16 @@ pub fn family_split(gym: &Gym) -> FamilySplit {
 // ANCHOR_END: split
 
 // ANCHOR: searcher
-/// Failing test lines in the output of `test`.
+/// Failing tests in the output of `test`: its `FAIL` lines, and the count
+/// a terse output gives for the ones it does not show (`2 more failing`).
 pub fn failures(observation: &str) -> usize {
     observation
         .lines()
-        .filter(|line| line.starts_with("FAIL"))
-        .count()
+        .map(|line| match line.strip_suffix(" more failing") {
+            Some(count) => count.parse().unwrap_or(0),
+            None => usize::from(line.starts_with("FAIL")),
+        })
+        .sum()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -9,11 +9,16 @@
 //! agent is compared with ([`baselines`]).
 
 use crate::book::{fnv1a, FNV_START};
+use crate::episode::Owner;
 use crate::gym::{BugFixEnv, Edit, EditKind, Family, Task};
 use crate::horizon::{neutral, Searcher};
 use crate::policies::{run_episode, Policy};
+use crate::pretrain::{pretrain, PretrainConfig, Sequence, BASE};
+use crate::rollout::{Played, Segment};
 use crate::runner::{Guarded, Test, TestRunner};
 use crate::sandbox::all_pass;
+use crate::tinyagent::TinyAgent;
+use crate::tokenizer::Bpe;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -613,13 +618,7 @@ pub fn line_edit(before: &str, after: &str) -> Option<(String, String)> {
     }
     let a: Vec<&str> = before.split_inclusive('\n').collect();
     let b: Vec<&str> = after.split_inclusive('\n').collect();
-    let prefix = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
-    let suffix = a[prefix..]
-        .iter()
-        .rev()
-        .zip(b[prefix..].iter().rev())
-        .take_while(|(x, y)| x == y)
-        .count();
+    let (prefix, suffix) = common_ends(&a, &b);
     let (mut lo, mut a_hi, mut b_hi) = (prefix, a.len() - suffix, b.len() - suffix);
     loop {
         let find: String = a[lo..a_hi].concat();
@@ -860,6 +859,7 @@ pub fn candidates_task(
         hidden_tests: program.hidden.clone(),
         menu,
         undo: true,
+        terse: false,
     };
     let mut task = neutral(&plain);
     task.id = id.to_string();
@@ -1015,6 +1015,19 @@ impl TestRunner for Remembering {
     }
 }
 
+/// How many words `a` and `b` share at their start, and then at their end
+/// (not counting the shared start twice).
+fn common_ends<T: PartialEq>(a: &[T], b: &[T]) -> (usize, usize) {
+    let prefix = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let suffix = a[prefix..]
+        .iter()
+        .rev()
+        .zip(b[prefix..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    (prefix, suffix)
+}
+
 /// What a candidate edit looks like with names and numbers blanked: the
 /// tokens it removes and the tokens it adds (`< -> <=`, `x -> x + 1`). Only
 /// what the agent can read; the lookup baseline keys on it.
@@ -1030,19 +1043,62 @@ pub fn diff_shape(edit: &Edit) -> String {
             .collect()
     };
     let (a, b) = (words(&edit.find), words(&edit.replace));
-    let prefix = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
-    let suffix = a[prefix..]
-        .iter()
-        .rev()
-        .zip(b[prefix..].iter().rev())
-        .take_while(|(x, y)| x == y)
-        .count();
+    let (prefix, suffix) = common_ends(&a, &b);
     format!(
         "{} -> {}",
         a[prefix..a.len() - suffix].join(" "),
         b[prefix..b.len() - suffix].join(" ")
     )
 }
+
+// ANCHOR: compact
+/// A candidate in one short line: the line of `source` where its change
+/// starts, then the tokens it removes and the tokens it puts in, each with
+/// one token of context on either side (`line 7: i < xs => i <= xs`).
+pub fn compact_diff(edit: &Edit, source: &str) -> String {
+    let tokens = lex(&edit.find);
+    let words = |s: &str| -> Vec<String> {
+        lex(s)
+            .iter()
+            .map(|t| s[t.start..t.end].to_string())
+            .collect()
+    };
+    let (a, b) = (words(&edit.find), words(&edit.replace));
+    let (prefix, suffix) = common_ends(&a, &b);
+    let (from, to) = (prefix.saturating_sub(1), suffix.saturating_sub(1));
+    let side = |w: &[String]| match w[from..w.len() - to].join(" ") {
+        shown if shown.is_empty() => "(nothing)".to_string(),
+        shown => shown,
+    };
+    // Lines are counted from 1: the edit's first line in the source, moved
+    // down to the line of its first changed token.
+    let changed_at = tokens
+        .get(prefix.min(tokens.len().saturating_sub(1)))
+        .map_or(0, |t| t.start);
+    let line = source.find(edit.find.as_str()).map_or(0, |at| {
+        1 + source[..at].matches('\n').count() + edit.find[..changed_at].matches('\n').count()
+    });
+    format!("line {line}: {} => {}", side(&a), side(&b))
+}
+
+/// `task` (a task of [`candidates_task`]) as a compact task: the issue's
+/// first line, each candidate as one [`compact_diff`] line, and `test`
+/// showing only the first failing test and how many more fail, so that an episode of the scripted
+/// search fits the book model's window of 768 tokens.
+pub fn compact(task: &Task) -> Task {
+    let first = task.issue.lines().next().unwrap_or_default();
+    let menu: String = task
+        .menu
+        .iter()
+        .map(|edit| format!("\nop {}, {}", edit.name, compact_diff(edit, &task.source)))
+        .collect();
+    Task {
+        issue: format!("{first}{menu}"),
+        terse: true,
+        ..task.clone()
+    }
+}
+// ANCHOR_END: compact
 
 /// The best lookup rule from what a candidate looks like: each shape's rate
 /// of being the fix among the training tasks' candidates.
@@ -1188,6 +1244,163 @@ pub fn play_baselines(
     out
 }
 // ANCHOR_END: baselines
+
+// ---------------------------------------------------------------------------
+// A search learned from transcripts
+// ---------------------------------------------------------------------------
+
+// ANCHOR: learned_search
+/// `n` transcripts of the scripted test-driven search ([`Searcher`]) with
+/// the turn budget of `format`, on `tasks` taken in passes over an order
+/// shuffled by `rng`. The search reads every test's answer: it undoes an
+/// edit after a failing test and submits after a passing one.
+pub fn search_transcripts(
+    tasks: &[Task],
+    n: usize,
+    format: &Format,
+    rng: &mut StdRng,
+) -> Vec<Vec<(Owner, String)>> {
+    let mut order: Vec<usize> = (0..tasks.len()).collect();
+    order.shuffle(rng);
+    let mut env = BugFixEnv::new(tasks.to_vec(), format.max_turns);
+    order
+        .into_iter()
+        .cycle()
+        .take(n)
+        .map(|t| {
+            let mut transcript = Vec::new();
+            run_episode(&mut env, t, &mut Searcher::new(), Some(&mut transcript));
+            transcript
+        })
+        .collect()
+}
+
+/// The settings of [`warm_start_search`]: transcripts and steps of further
+/// pretraining on the policy's tokens only.
+pub const SEARCH_WARM_START: PretrainConfig = PretrainConfig {
+    episodes: 1000,
+    steps: 600,
+    batch: 8,
+    lr: 3e-3,
+    context_weight: 0.0,
+    seed: 12,
+    ..BASE
+};
+
+/// The base model trained further on transcripts of the scripted search on
+/// `tasks` (compact ones, [`compact`]), each seen through the windows the
+/// policy reads it with ([`Sequence::windows`], actions of at most
+/// `max_action` tokens). Returns the losses of its steps.
+pub fn warm_start_search(
+    model: &mut TinyAgent,
+    bpe: &Bpe,
+    tasks: &[Task],
+    config: &PretrainConfig,
+    max_action: usize,
+) -> Vec<f64> {
+    let mut rng = StdRng::seed_from_u64(config.seed);
+    let n_ctx = model.config.n_ctx as usize;
+    let sequences: Vec<Sequence> = search_transcripts(tasks, config.episodes, &FORMAT, &mut rng)
+        .iter()
+        .flat_map(|t| Sequence::new(bpe, t, config.context_weight).windows(n_ctx, max_action))
+        .collect();
+    pretrain(model, &sequences, config)
+}
+
+/// What an agent did with the answers of `test`, counted over episodes: after
+/// each test that directly follows an edit, whether the test showed a failure
+/// and what the agent did next.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Behaviour {
+    pub episodes: usize,
+    pub solved: usize,
+    /// Tests after an edit that showed a failing test, and the next action.
+    pub failing: usize,
+    pub undo_after_failing: usize,
+    pub submit_after_failing: usize,
+    /// Tests after an edit that showed every test passing, and the next action.
+    pub passing: usize,
+    pub undo_after_passing: usize,
+    pub submit_after_passing: usize,
+    /// Edits, and edits of an op the episode had edited before.
+    pub edits: usize,
+    pub repeated_edits: usize,
+}
+
+/// The [`Behaviour`] of `played` (episodes on `tasks` with a budget of
+/// `max_turns`), read by replaying each episode's actions in the gym, which
+/// gives the same observations again.
+pub fn behaviour(tasks: &[Task], played: &[Played], max_turns: usize) -> Behaviour {
+    let mut b = Behaviour::default();
+    let mut env = BugFixEnv::new(tasks.to_vec(), max_turns);
+    for p in played {
+        b.episodes += 1;
+        b.solved += usize::from(p.reward == 1.0);
+        env.reset(p.task);
+        let calls: Vec<Option<(String, Option<String>)>> = p
+            .actions
+            .iter()
+            .map(|a| crate::episode::parse_call(a).map(|c| (c.tool, c.arg)))
+            .collect();
+        let mut edited = HashSet::new();
+        for (i, action) in p.actions.iter().enumerate() {
+            let observation = env.step(action).observation;
+            let tool = |k: usize| {
+                calls
+                    .get(k)
+                    .and_then(|c| c.as_ref())
+                    .map(|(tool, _)| tool.as_str())
+            };
+            if let Some(("edit", Some(op))) =
+                calls[i].as_ref().map(|(t, a)| (t.as_str(), a.as_deref()))
+            {
+                b.edits += 1;
+                b.repeated_edits += usize::from(!edited.insert(op.to_string()));
+            }
+            if tool(i) == Some("test") && i > 0 && tool(i - 1) == Some("edit") {
+                let next = tool(i + 1);
+                if crate::horizon::failures(&observation) > 0 {
+                    b.failing += 1;
+                    b.undo_after_failing += usize::from(next == Some("undo"));
+                    b.submit_after_failing += usize::from(next == Some("submit"));
+                } else {
+                    b.passing += 1;
+                    b.undo_after_passing += usize::from(next == Some("undo"));
+                    b.submit_after_passing += usize::from(next == Some("submit"));
+                }
+            }
+        }
+    }
+    b
+}
+
+/// A harness that freezes the test's answer: the policy reads every output
+/// of `test` as the first one of its episode (for the search, the output
+/// before any edit), while the gym still runs the tests and scores the
+/// episode. An agent that acts on the test's answers acts differently under
+/// it; one that ignores them does not.
+pub fn frozen_tests(bpe: &Bpe) -> impl Fn(&[Segment]) -> Vec<u32> + Sync + '_ {
+    move |segments| {
+        let mut first: Option<&[u32]> = None;
+        let mut after_test = false;
+        let mut ids = Vec::new();
+        for segment in segments {
+            match segment.owner {
+                Owner::Policy => {
+                    after_test = bpe.decode(&segment.ids).contains("<call> test </call>");
+                    ids.extend(&segment.ids);
+                }
+                Owner::Env if after_test => {
+                    let shown = *first.get_or_insert(&segment.ids);
+                    ids.extend(shown);
+                }
+                _ => ids.extend(&segment.ids),
+            }
+        }
+        ids
+    }
+}
+// ANCHOR_END: learned_search
 
 /// Baselines for files with several bugs that two edits repair (Section
 /// 12.5's files with two bugs), each ending with `submit` well within the
@@ -1483,5 +1696,154 @@ mod tests {
             "{}",
             mean(&b.search)
         );
+    }
+
+    #[test]
+    fn a_compact_task_shows_each_change_in_one_line_and_the_first_failing_test() {
+        let source =
+            "fn f(x) {\n    let s = 0;\n    if x < 3 {\n        s += 1;\n    }\n    s\n}\n";
+        let edit = |find: &str, replace: &str| Edit {
+            name: "1".into(),
+            kind: EditKind::Distractor,
+            find: find.into(),
+            replace: replace.into(),
+        };
+        assert_eq!(
+            compact_diff(&edit("    if x < 3 {", "    if x <= 3 {"), source),
+            "line 3: x < 3 => x <= 3"
+        );
+        assert_eq!(
+            compact_diff(&edit("    let s = 0;", "    let s = 1;"), source),
+            "line 2: = 0 ; => = 1 ;"
+        );
+        assert_eq!(
+            compact_diff(&edit("        s += 1;\n", ""), source),
+            "line 4: s += 1 ; => (nothing)"
+        );
+        // Every candidate of a mutation task in one line; `test` shows the failing tests only.
+        // A mutant that fails some public tests and passes others.
+        let program = program();
+        let runner = Guarded::shared();
+        let full = mutants(&program)
+            .iter()
+            .filter(|m| {
+                runner
+                    .run(&m.source, &program.public)
+                    .iter()
+                    .any(|l| l.passed)
+            })
+            .find_map(|m| task(&program, m, &FORMAT, 3))
+            .expect("a task");
+        let short = compact(&full);
+        assert_eq!(short.issue.lines().count(), 1 + FORMAT.candidates);
+        assert_eq!(short.menu, full.menu);
+        let mut env = BugFixEnv::new(vec![full.clone(), short.clone()], FORMAT.max_turns);
+        env.reset(0);
+        let all = env.step("<call> test </call>").observation;
+        env.reset(1);
+        let terse = env.step("<call> test </call>").observation;
+        let failing: Vec<&str> = all.lines().filter(|l| l.starts_with("FAIL")).collect();
+        assert!(!failing.is_empty() && failing.len() < all.lines().count());
+        assert_eq!(terse.lines().next(), Some(failing[0]));
+        assert_eq!(crate::horizon::failures(&terse), failing.len());
+        assert_eq!(crate::horizon::failures(&all), failing.len());
+        assert_eq!(
+            crate::horizon::failures("FAIL f(1) -> 2\n3 more failing"),
+            4,
+            "a terse output counts the failures it does not show"
+        );
+        let fix = short.menu.iter().find(|e| e.kind == EditKind::Fix).unwrap();
+        env.step(&format!("<call> edit {} </call>", fix.name));
+        let passing = env.step("<call> test </call>").observation;
+        assert_eq!(
+            &*passing,
+            &format!("all {} public tests pass", program.public.len())
+        );
+    }
+
+    #[test]
+    fn the_search_transcripts_read_every_answer_and_the_frozen_harness_hides_them() {
+        let program = program();
+        let tasks: Vec<Task> = mutants(&program)
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| task(&program, m, &FORMAT, i as u64))
+            .map(|t| compact(&t))
+            .collect();
+        let transcripts = search_transcripts(
+            &tasks,
+            2 * tasks.len(),
+            &FORMAT,
+            &mut StdRng::seed_from_u64(0),
+        );
+        assert_eq!(transcripts.len(), 2 * tasks.len());
+        // The transcripts as played episodes: the search undoes after every failing test and
+        // submits after every passing one, and never edits an op twice.
+        let mut env = BugFixEnv::new(tasks.clone(), FORMAT.max_turns);
+        let played: Vec<Played> = (0..tasks.len())
+            .map(|t| {
+                let mut transcript = Vec::new();
+                let outcome = run_episode(&mut env, t, &mut Searcher::new(), Some(&mut transcript));
+                Played {
+                    task: t,
+                    segments: vec![],
+                    actions: transcript
+                        .iter()
+                        .filter(|(o, _)| *o == Owner::Policy)
+                        .map(|(_, a)| a.clone())
+                        .collect(),
+                    reward: outcome.reward,
+                    info: Default::default(),
+                    parse_errors: 0,
+                }
+            })
+            .collect();
+        let b = behaviour(&tasks, &played, FORMAT.max_turns);
+        // (A failing test is not undone when it fails fewer tests than before, or when the
+        // budget ends there; nor is a passing one submitted then.)
+        assert!(b.failing > 0 && b.passing > 0, "{b:?}");
+        assert!(
+            b.undo_after_failing as f64 > 0.7 * b.failing as f64,
+            "{b:?}"
+        );
+        assert!(
+            b.submit_after_passing as f64 > 0.7 * b.passing as f64,
+            "{b:?}"
+        );
+        assert_eq!(
+            (
+                b.undo_after_passing,
+                b.submit_after_failing,
+                b.repeated_edits
+            ),
+            (0, 0, 0)
+        );
+        assert!(b.solved > 0 && b.solved <= b.submit_after_passing, "{b:?}");
+        // The frozen harness shows the first test's answer after every later test, and
+        // leaves everything else as it was.
+        let seg = |owner: Owner, ids: Vec<u32>| Segment {
+            owner,
+            ids,
+            logprobs: vec![],
+        };
+        let bpe = Bpe::train(
+            ["<call> test </call> <call> edit 1 </call> FAIL PASS".to_string()].into_iter(),
+            300,
+        )
+        .expect("a tokenizer");
+        let test = bpe.encode("<call> test </call>");
+        let edit = bpe.encode("<call> edit 1 </call>");
+        let segments = vec![
+            seg(Owner::Prompt, vec![1]),
+            seg(Owner::Policy, test.clone()),
+            seg(Owner::Env, vec![7]),
+            seg(Owner::Policy, edit.clone()),
+            seg(Owner::Env, vec![8]),
+            seg(Owner::Policy, test.clone()),
+            seg(Owner::Env, vec![9]),
+        ];
+        let view = frozen_tests(&bpe)(&segments);
+        let expected = [vec![1], test.clone(), vec![7], edit, vec![8], test, vec![7]].concat();
+        assert_eq!(view, expected);
     }
 }

@@ -183,7 +183,13 @@ fn next_token_steps(
             .log_softmax(-1, REAL)
             .gather(-1, &targets.unsqueeze(-1), false)
             .squeeze_dim(-1); // [B, T-1]
-        let loss = weighted_log_likelihood(&logp, &w, &w.sum(REAL));
+        let total = w.sum(REAL);
+        assert!(
+            total.double_value(&[]) > 0.0,
+            "a batch has no weighted token within the model's window of {n_ctx} tokens (a sequence \
+             longer than the window is cut at its end; see Sequence::windows)"
+        );
+        let loss = weighted_log_likelihood(&logp, &w, &total);
         opt.backward_step(&loss);
         losses.push(loss.double_value(&[]));
         bar.inc(1);
@@ -227,6 +233,63 @@ pub fn weighted_log_likelihood(logp: &Tensor, weights: &Tensor, norm: &Tensor) -
 }
 // ANCHOR_END: likelihood
 // ANCHOR_END: pretrain
+
+// ANCHOR: windows
+impl Sequence {
+    /// The sequence as a policy with a window of `n_ctx` tokens reads it
+    /// (Chapter 12's long episodes): before an action of at most `action`
+    /// tokens it sees only the last `n_ctx − action` tokens (what
+    /// [`crate::agent::LmPolicy`] keeps). One window holds the start and
+    /// every action that the cut does not reach; each later action gets a
+    /// window of its own, with only that action weighted. The actions are
+    /// the runs of weighted tokens, so the context weight should be 0. A
+    /// sequence that fits is returned whole.
+    pub fn windows(&self, n_ctx: usize, action: usize) -> Vec<Sequence> {
+        if self.ids.len() <= n_ctx {
+            return vec![Sequence {
+                ids: self.ids.clone(),
+                weights: self.weights.clone(),
+            }];
+        }
+        let room = n_ctx.saturating_sub(action);
+        // The runs of weighted tokens: [start, end).
+        let mut runs = Vec::new();
+        let mut i = 0;
+        while i < self.ids.len() {
+            if self.weights[i] > 0.0 {
+                let start = i;
+                while i < self.ids.len() && self.weights[i] > 0.0 {
+                    i += 1;
+                }
+                runs.push((start, i));
+            } else {
+                i += 1;
+            }
+        }
+        let head = n_ctx.min(self.ids.len());
+        let mut first = Sequence {
+            ids: self.ids[..head].to_vec(),
+            weights: vec![0.0; head],
+        };
+        let mut out = Vec::new();
+        for &(start, end) in &runs {
+            if start <= room && end <= head {
+                first.weights[start..end].copy_from_slice(&self.weights[start..end]);
+            } else {
+                let from = start.saturating_sub(room).max(end.saturating_sub(n_ctx));
+                let mut weights = vec![0.0; end - from];
+                weights[start - from..].copy_from_slice(&self.weights[start..end]);
+                out.push(Sequence {
+                    ids: self.ids[from..end].to_vec(),
+                    weights,
+                });
+            }
+        }
+        out.insert(0, first);
+        out
+    }
+}
+// ANCHOR_END: windows
 
 /// `steps` on `model`, or, within the test command, the same run read back
 /// with its final weights (see [`crate::book::reuse`]); the key names the
@@ -598,6 +661,93 @@ mod tests {
         let first: f64 = losses[..5].iter().sum::<f64>() / 5.0;
         let last: f64 = losses[55..].iter().sum::<f64>() / 5.0;
         assert!(last < 0.5 * first, "loss {first} -> {last}");
+    }
+
+    #[test]
+    fn a_long_sequence_is_trained_through_the_windows_the_policy_reads() {
+        // Three actions of two tokens in 30 ids; a window of 12 tokens, actions of at most 3.
+        let ids: Vec<u32> = (0..30).collect();
+        let actions = [(5, 7), (14, 16), (25, 27)];
+        let weights: Vec<f64> = (0..30)
+            .map(|i| f64::from(actions.iter().any(|&(a, b)| (a..b).contains(&i))))
+            .collect();
+        let long = Sequence { ids, weights };
+        let windows = long.windows(12, 3);
+        assert_eq!(windows.len(), 3);
+        for w in &windows {
+            assert!(w.ids.len() <= 12);
+        }
+        // Every action is weighted once, after the context the policy had: all
+        // of what came before it, or its last 12 - 3 = 9 tokens.
+        let mut trained = Vec::new();
+        for w in &windows {
+            for (k, &weight) in w.weights.iter().enumerate() {
+                if weight > 0.0 {
+                    trained.push(w.ids[k]);
+                    let at = w.ids[k] as usize;
+                    let context = w.ids[..k].len()
+                        - w.weights[..k]
+                            .iter()
+                            .rev()
+                            .take_while(|&&x| x > 0.0)
+                            .count();
+                    let action_start = at
+                        - w.weights[..k]
+                            .iter()
+                            .rev()
+                            .take_while(|&&x| x > 0.0)
+                            .count();
+                    assert_eq!(context, action_start.min(9), "token {at}");
+                    assert_eq!(
+                        w.ids[0] as usize,
+                        action_start - context,
+                        "a window ends its context just before its action"
+                    );
+                }
+            }
+        }
+        assert_eq!(trained, vec![5, 6, 14, 15, 25, 26]);
+        // A sequence that fits is one window, itself.
+        let short = Sequence {
+            ids: vec![1, 2, 3],
+            weights: vec![0.0, 1.0, 1.0],
+        };
+        let same = short.windows(12, 3);
+        assert_eq!(
+            (same.len(), &same[0].ids, &same[0].weights),
+            (1, &short.ids, &short.weights)
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "no weighted token within the model's window")]
+    fn a_batch_with_nothing_to_learn_in_the_window_is_refused() {
+        let sequences = vec![Sequence {
+            ids: (0..20).collect(),
+            weights: (0..20).map(|i| f64::from(i >= 16)).collect(),
+        }];
+        let mut model = {
+            let _turn = crate::book::seeded(0);
+            TinyAgent::new(
+                Config {
+                    vocab: 32,
+                    n_ctx: 16,
+                    d_model: 8,
+                    n_layer: 1,
+                    n_head: 2,
+                },
+                Device::Cpu,
+            )
+        };
+        next_token_steps(
+            &mut model,
+            &sequences,
+            &PretrainConfig {
+                steps: 1,
+                batch: 1,
+                ..BASE
+            },
+        );
     }
 
     #[test]

@@ -477,6 +477,7 @@ pub fn task(program: &Program, seed: u64) -> Task {
         hidden_tests,
         menu,
         undo: false,
+        terse: false,
     }
 }
 
