@@ -9,7 +9,7 @@
 //! agent is compared with ([`baselines`]).
 
 use crate::book::{fnv1a, FNV_START};
-use crate::episode::Owner;
+use crate::episode::{parse_call, Call, Owner};
 use crate::gym::{BugFixEnv, Edit, EditKind, Family, Task};
 use crate::horizon::{neutral, Searcher};
 use crate::policies::{run_episode, Policy};
@@ -1337,25 +1337,20 @@ pub fn behaviour(tasks: &[Task], played: &[Played], max_turns: usize) -> Behavio
         b.episodes += 1;
         b.solved += usize::from(p.reward == 1.0);
         env.reset(p.task);
-        let calls: Vec<Option<(String, Option<String>)>> = p
-            .actions
-            .iter()
-            .map(|a| crate::episode::parse_call(a).map(|c| (c.tool, c.arg)))
-            .collect();
+        let calls: Vec<Option<Call>> = p.actions.iter().map(|a| parse_call(a)).collect();
+        let tool = |k: usize| calls.get(k)?.as_ref().map(|c| c.tool.as_str());
         let mut edited = HashSet::new();
         for (i, action) in p.actions.iter().enumerate() {
             let observation = env.step(action).observation;
-            let tool = |k: usize| {
-                calls
-                    .get(k)
-                    .and_then(|c| c.as_ref())
-                    .map(|(tool, _)| tool.as_str())
-            };
-            if let Some(("edit", Some(op))) =
-                calls[i].as_ref().map(|(t, a)| (t.as_str(), a.as_deref()))
+            if let Some(Call {
+                tool,
+                arg: Some(op),
+            }) = &calls[i]
             {
-                b.edits += 1;
-                b.repeated_edits += usize::from(!edited.insert(op.to_string()));
+                if tool == "edit" {
+                    b.edits += 1;
+                    b.repeated_edits += usize::from(!edited.insert(op.clone()));
+                }
             }
             if tool(i) == Some("test") && i > 0 && tool(i - 1) == Some("edit") {
                 let next = tool(i + 1);
@@ -1776,9 +1771,19 @@ mod tests {
             &FORMAT,
             &mut StdRng::seed_from_u64(0),
         );
+        // Two passes over one shuffled order: every task once in each pass.
         assert_eq!(transcripts.len(), 2 * tasks.len());
-        // The transcripts as played episodes: the search undoes after every failing test and
-        // submits after every passing one, and never edits an op twice.
+        let prompts = |pass: &[Vec<(Owner, String)>]| -> Vec<String> {
+            let mut p: Vec<String> = pass.iter().map(|t| t[0].1.clone()).collect();
+            p.sort();
+            p
+        };
+        let mut all: Vec<String> = tasks.iter().map(|t| t.prompt()).collect();
+        all.sort();
+        assert_eq!(prompts(&transcripts[..tasks.len()]), all);
+        assert_eq!(transcripts[..tasks.len()], transcripts[tasks.len()..]);
+        // The search's episodes, and what `behaviour` reads in them: it undoes after a failing
+        // test and submits after a passing one, and never edits an op twice.
         let mut env = BugFixEnv::new(tasks.clone(), FORMAT.max_turns);
         let played: Vec<Played> = (0..tasks.len())
             .map(|t| {
