@@ -1,37 +1,169 @@
-//! A pilot experiment that no chapter runs yet: the base model trained further on transcripts of
-//! the scripted test-driven search on compact mutation tasks (three seeds), evaluated on the
-//! held-out splits beside chance, the random-order search, the lookup by shape and the oracle, and
-//! again with the test's answers frozen, which shows whether it acts on them. About 18 minutes on
-//! two cores.
+//! An experiment that no chapter runs yet: the base model trained further on transcripts of the
+//! scripted test-driven search on compact mutation tasks (the warm start), then by RL on the
+//! hidden-test reward (GRPO++, watched by the exploit monitor), three seeds. Both are evaluated on
+//! the held-out splits beside chance, the random-order search, the lookup by shape and the oracle;
+//! the trained agent also with the test's answers frozen, which shows whether it acts on them.
+//! Episodes end when the model's window is full (scored as failures), in training and in
+//! evaluation alike, so that the learner trains on exactly what the policy read.
 //!
-//! cargo run --example learned_search
-use agentrl::agent::LmPolicy;
+//! cargo run --example learned_search [-- <folder>]
+//!
+//! The warm starts and RL runs are kept in the folder (default `target/learned-search`) and reused
+//! when they are whole and were made with the same settings.
+use agentrl::capstone::Monitored;
+use agentrl::grpo::{Plain, TrainConfig};
 use agentrl::gym::{Gym, Task};
 use agentrl::mutation::{
     self, baselines, behaviour, compact, frozen_tests, warm_start_search, Behaviour, Lookup,
     FORMAT, SEARCH_WARM_START,
 };
-use agentrl::pretrain::{base_dir, base_model, load_model, PretrainConfig};
-use agentrl::rollout::{play_viewed, Played, View};
-use agentrl::stats::{paired_summary, plus_minus, wilson_interval_of_mean};
-use agentrl::tinyagent::Sampling;
+use agentrl::pg::{evaluation_until, read_records, side_by_side, train, TrainRecord};
+use agentrl::pretrain::PretrainConfig;
+use agentrl::pretrain::{base_dir, base_model, load_model, save_model, saved_model};
+use agentrl::rollout::{Ends, View};
+use agentrl::stats::{paired_bootstrap, paired_summary, plus_minus, wilson_interval_of_mean};
+use agentrl::tinyagent::TinyAgent;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use std::path::PathBuf;
+use std::time::Instant;
 
 const SEEDS: [u64; 3] = [0, 1, 2];
 
-fn main() {
+/// Episodes of the mutation format: its 12 turns, ending when the window is full.
+const ENDS: Ends = Ends {
+    max_turns: FORMAT.max_turns,
+    at_window: true,
+};
+
+/// What a run of this example is asked: its folder, the RL stage's settings, and whether it
+/// compares on the validation split (to choose the settings) or on the held-out splits.
+struct Settings {
+    root: PathBuf,
+    validation: bool,
+    lr: f64,
+    iterations: usize,
+    compact_filtering: bool,
+}
+
+impl Settings {
+    /// `[--validation] [--lr X] [--iterations N] [--compact-filtering] [folder]`.
+    fn from_args() -> Result<Settings, String> {
+        let mut settings = Settings {
+            root: PathBuf::from("target/learned-search"),
+            validation: false,
+            lr: 3e-4,
+            iterations: 40,
+            compact_filtering: false,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            let mut value = |name: &str| -> Result<String, String> {
+                args.next().ok_or(format!("{name} needs a value"))
+            };
+            match arg.as_str() {
+                "--validation" => settings.validation = true,
+                "--compact-filtering" => settings.compact_filtering = true,
+                "--lr" => settings.lr = value("--lr")?.parse().map_err(|e| format!("--lr: {e}"))?,
+                "--iterations" => {
+                    settings.iterations = value("--iterations")?
+                        .parse()
+                        .map_err(|e| format!("--iterations: {e}"))?
+                }
+                other if other.starts_with("--") => return Err(format!("unknown option {other}")),
+                folder => settings.root = PathBuf::from(folder),
+            }
+        }
+        Ok(settings)
+    }
+
+    /// The RL stage: GRPO++ from the warm start, 8 tasks × 8 episodes per iteration, the
+    /// learning rate falling tenfold; with DeepSWE's compact filtering or, by default, with an
+    /// episode that ran out of turns or window scored as a plain failure.
+    fn rl(&self) -> TrainConfig {
+        TrainConfig {
+            name: "learned search RL".into(),
+            iterations: self.iterations,
+            tasks: 8,
+            group: 8,
+            lr: self.lr,
+            lr_end: self.lr / 10.0,
+            eval_every: 0,
+            eval_episodes: 0,
+            compact_filtering: self.compact_filtering,
+            ..TrainConfig::grpo_plus_plus()
+        }
+    }
+
+    /// The folder of one seed's RL run with these settings.
+    fn rl_dir(&self, seed: u64) -> PathBuf {
+        let filter = if self.compact_filtering {
+            "-compact-filtering"
+        } else {
+            ""
+        };
+        self.root
+            .join(format!("seed-{seed}"))
+            .join(format!("rl-lr{}-{}{filter}", self.lr, self.iterations))
+    }
+}
+
+/// One model's episodes on one held-out set, and what it did in them.
+struct Evaluated {
+    behaviour: Behaviour,
+    /// Per task, the share of its episodes solved.
+    per_task: Vec<f64>,
+    /// Episodes that ended because the window was full.
+    at_window: usize,
+}
+
+fn evaluate(
+    model: &TinyAgent,
+    bpe: &agentrl::tokenizer::Bpe,
+    set: &[Task],
+    per: usize,
+    view: Option<View>,
+    stream: u64,
+) -> Evaluated {
+    let mut rng = StdRng::seed_from_u64(stream);
+    let played = evaluation_until(model, bpe, set, per, ENDS, view, &mut rng);
+    let mut per_task = vec![0.0; set.len()];
+    for p in &played {
+        per_task[p.task] += p.reward / per as f64;
+    }
+    Evaluated {
+        behaviour: behaviour(set, &played, FORMAT.max_turns),
+        per_task,
+        at_window: played
+            .iter()
+            .filter(|p| p.info.truncated && p.actions.len() < FORMAT.max_turns)
+            .count(),
+    }
+}
+
+fn rate(b: &Behaviour) -> f64 {
+    b.solved as f64 / b.episodes as f64
+}
+
+fn main() -> Result<(), String> {
     tch::set_num_threads(1);
+    let settings = Settings::from_args()?;
+    let root = &settings.root;
+    let started = Instant::now();
     let programs = mutation::programs();
     let split = mutation::split(&programs, &FORMAT, 12);
     let short = |set: &[Task]| -> Vec<Task> { set.iter().map(compact).collect() };
-    let train = short(&split.train);
-    let sets: Vec<(&str, Vec<Task>, usize)> = vec![
-        ("held-out instances", short(&split.held_out_instances), 2),
-        ("held-out programs", short(&split.held_out_programs), 2),
-        ("held-out operators", short(&split.held_out_operators), 1),
-    ];
-    let lookup = Lookup::fit(&train);
+    let train_tasks = short(&split.train);
+    let sets: Vec<(&str, Vec<Task>, usize)> = if settings.validation {
+        vec![("validation", short(&split.validation), 1)]
+    } else {
+        vec![
+            ("held-out instances", short(&split.held_out_instances), 2),
+            ("held-out programs", short(&split.held_out_programs), 2),
+            ("held-out operators", short(&split.held_out_operators), 1),
+        ]
+    };
+    let lookup = Lookup::fit(&train_tasks);
     println!(
         "{:<20} {:>5}  {:>6}  {:>21}  {:>21}  {:>6}",
         "split", "tasks", "chance", "random-order search", "lookup by shape", "oracle"
@@ -52,96 +184,192 @@ fn main() {
             mean(&b.oracle)
         );
     }
-    // The base model on disk before the two threads load it.
+    // The base model on disk before the threads load it.
     base_model(&Gym::standard().train);
-    // Per seed: [set] -> (solved, behaviour), and the frozen control on the held-out operators.
-    let results = std::sync::Mutex::new(Vec::new());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..2 {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let Some(&seed) = SEEDS.get(i) else { break };
-                let started = std::time::Instant::now();
-                let (bpe, mut model) = load_model(&base_dir()).expect("the base model");
-                let losses = warm_start_search(
-                    &mut model,
-                    &bpe,
-                    &train,
-                    &PretrainConfig {
-                        seed,
-                        ..SEARCH_WARM_START
-                    },
-                    16,
-                );
-                eprintln!(
-                    "seed {seed}: warm start {:.0} s, loss {:.3} -> {:.3}",
-                    started.elapsed().as_secs_f64(),
-                    losses[..10].iter().sum::<f64>() / 10.0,
-                    losses[losses.len() - 10..].iter().sum::<f64>() / 10.0
-                );
-                let policy = LmPolicy {
-                    model: &model,
-                    bpe: &bpe,
-                    sampling: Sampling::PURE,
-                    max_action_tokens: 16,
-                };
-                let frozen = frozen_tests(&bpe);
-                let run =
-                    |set: &[Task], per: usize, view: Option<View>, stream: u64| -> Behaviour {
-                        let which: Vec<usize> = (0..set.len())
-                            .flat_map(|t| std::iter::repeat_n(t, per))
-                            .collect();
-                        let mut rng = StdRng::seed_from_u64(1000 * seed + stream);
-                        let played: Vec<Played> =
-                            play_viewed(&policy, set, &which, FORMAT.max_turns, view, &mut rng).0;
-                        behaviour(set, &played, FORMAT.max_turns)
-                    };
-                let mut row: Vec<Behaviour> = sets
-                    .iter()
-                    .enumerate()
-                    .map(|(k, (_, set, per))| run(set, *per, None, k as u64))
-                    .collect();
-                row.push(run(&sets[2].1, sets[2].2, Some(&frozen), 2));
-                eprintln!(
-                    "seed {seed}: done in {:.0} s",
-                    started.elapsed().as_secs_f64()
-                );
-                results.lock().unwrap().push((seed, row));
-            });
+    let warm_dir = |seed: u64| root.join(format!("seed-{seed}")).join("warm-start");
+    let rl_dir = |seed: u64| settings.rl_dir(seed);
+    // 1. The warm start of each seed, kept once whole.
+    side_by_side(SEEDS.to_vec(), 2, |seed| -> Result<(), String> {
+        if saved_model(&warm_dir(seed)).is_ok() {
+            return Ok(());
         }
+        let clock = Instant::now();
+        let (bpe, mut model) = load_model(&base_dir())?;
+        let config = PretrainConfig {
+            seed,
+            ..SEARCH_WARM_START
+        };
+        let losses = warm_start_search(&mut model, &bpe, &train_tasks, &config, 16);
+        save_model(&warm_dir(seed), &bpe, &model)?;
+        eprintln!(
+            "seed {seed}: warm start {:.0} s, loss {:.3} -> {:.3}",
+            clock.elapsed().as_secs_f64(),
+            losses[..10].iter().sum::<f64>() / 10.0,
+            losses[losses.len() - 10..].iter().sum::<f64>() / 10.0
+        );
+        Ok(())
+    })
+    .into_iter()
+    .collect::<Result<Vec<()>, String>>()?;
+    // 2. RL from each warm start, kept when its schedule is the same and it finished.
+    let runs: Vec<Vec<TrainRecord>> = side_by_side(SEEDS.to_vec(), 2, |seed| {
+        let (mut schedule, inner) = settings.rl().seeded(seed).run(Box::new(Plain));
+        schedule.ends = ENDS;
+        let dir = rl_dir(seed);
+        // The folder names the settings; the schedule stored there must be this one.
+        let same = std::fs::read_to_string(dir.join("schedule.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .is_some_and(|stored: agentrl::pg::Schedule| stored == schedule);
+        if same && dir.join("final.safetensors").exists() {
+            return read_records(&dir.join("metrics.jsonl"));
+        }
+        let clock = Instant::now();
+        let (bpe, mut model) = saved_model(&warm_dir(seed))?;
+        let mut algorithm = Monitored {
+            tasks: train_tasks.clone(),
+            inner,
+        };
+        let tasks = (&train_tasks[..], &split.validation[..]);
+        let records = train(&mut model, &bpe, tasks, &schedule, &mut algorithm, &dir)?;
+        eprintln!("seed {seed}: RL {:.0} s", clock.elapsed().as_secs_f64());
+        Ok(records)
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>, String>>()?;
+    // 3. Every seed's warm start and trained agent on each held-out set, on one evaluation
+    //    stream per seed and set, so that the two are paired; the trained agent also with the
+    //    test's answers frozen, on the held-out operators' stream.
+    let jobs: Vec<(usize, usize, bool)> = (0..SEEDS.len())
+        .flat_map(|i| {
+            (0..sets.len())
+                .flat_map(move |k| [(i, k, false), (i, k, true)])
+                .chain((!settings.validation).then_some((i, sets.len(), true)))
+        })
+        .collect();
+    let results: Vec<Evaluated> = side_by_side(jobs.clone(), 2, |(i, k, trained)| {
+        let seed = SEEDS[i];
+        let (bpe, warm) = saved_model(&warm_dir(seed)).expect("the warm start");
+        let model = if trained {
+            TinyAgent::load(
+                warm.config,
+                &rl_dir(seed).join("final.safetensors"),
+                warm.device(),
+            )
+            .expect("the trained agent")
+        } else {
+            warm
+        };
+        let frozen = frozen_tests(&bpe);
+        let (set, per, view) = match sets.get(k) {
+            Some((_, set, per)) => (set, *per, None),
+            None => (&sets[2].1, sets[2].2, Some(&frozen as View)),
+        };
+        let stream = 1000 * seed + k.min(2) as u64 + if settings.validation { 10 } else { 0 };
+        evaluate(&model, &bpe, set, per, view, stream)
     });
-    let mut results = results.into_inner().unwrap();
-    results.sort_by_key(|(seed, _)| *seed);
-    let rate = |b: &Behaviour| b.solved as f64 / b.episodes as f64;
-    let names = [
-        "held-out instances",
-        "held-out programs",
-        "held-out operators",
-        "operators, test answers frozen",
-    ];
-    for (k, name) in names.iter().enumerate() {
-        let solved: Vec<f64> = results.iter().map(|(_, row)| rate(&row[k])).collect();
-        println!(
-            "{name:<32} solved {} (seeds {})",
-            plus_minus(&solved),
-            solved
-                .iter()
+    let found = |i: usize, k: usize, trained: bool| -> &Evaluated {
+        let at = jobs.iter().position(|&j| j == (i, k, trained)).unwrap();
+        &results[at]
+    };
+    println!();
+    println!("pass@1 over seeds {SEEDS:?} (mean ± 95 % Student's t; per seed in brackets)");
+    for (k, (name, set, per)) in sets.iter().enumerate() {
+        let column = |trained: bool| -> Vec<f64> {
+            (0..SEEDS.len())
+                .map(|i| rate(&found(i, k, trained).behaviour))
+                .collect()
+        };
+        let listed = |v: &[f64]| {
+            v.iter()
                 .map(|x| format!("{x:.3}"))
                 .collect::<Vec<_>>()
                 .join(", ")
+        };
+        let (warm, rl) = (column(false), column(true));
+        println!("{name} ({} tasks × {per} episodes)", set.len());
+        let ended = |trained: bool| -> String {
+            let n: usize = (0..SEEDS.len())
+                .map(|i| found(i, k, trained).at_window)
+                .sum();
+            format!("{n}/{} ended at the window", SEEDS.len() * set.len() * per)
+        };
+        println!(
+            "   warm start       {} ({}); {}",
+            plus_minus(&warm),
+            listed(&warm),
+            ended(false)
         );
-        for (seed, row) in &results {
-            let b = &row[k];
+        println!(
+            "   after RL         {} ({}); {}",
+            plus_minus(&rl),
+            listed(&rl),
+            ended(true)
+        );
+        println!("   RL - warm start  {}", paired_summary(&warm, &rl));
+        for (i, seed) in SEEDS.iter().enumerate() {
+            let (a, b) = (&found(i, k, false).per_task, &found(i, k, true).per_task);
+            let (mean, low, high) = paired_bootstrap(a, b, 10_000, *seed);
             println!(
-                "   seed {seed}: undo after a failing test {}/{}, after a passing one {}/{}; submit after passing {}/{}, after failing {}/{}; repeated edits {}/{}",
+                "      seed {seed}: RL - warm start over tasks {mean:+.3} [{low:+.3}, {high:+.3}]"
+            );
+        }
+    }
+    if !settings.validation {
+        let frozen: Vec<f64> = (0..SEEDS.len())
+            .map(|i| rate(&found(i, sets.len(), true).behaviour))
+            .collect();
+        let real: Vec<f64> = (0..SEEDS.len())
+            .map(|i| rate(&found(i, 2, true).behaviour))
+            .collect();
+        println!(
+            "after RL, held-out operators with the test's answers frozen: {}; frozen - real {}",
+            plus_minus(&frozen),
+            paired_summary(&real, &frozen)
+        );
+    }
+    println!();
+    println!("what each agent did with the test's answers (pooled over the sets)");
+    for (label, trained) in [("warm start", false), ("after RL", true)] {
+        for (i, seed) in SEEDS.iter().enumerate() {
+            let mut b = Behaviour::default();
+            for k in 0..sets.len() {
+                let e = found(i, k, trained).behaviour;
+                b.failing += e.failing;
+                b.passing += e.passing;
+                b.undo_after_failing += e.undo_after_failing;
+                b.undo_after_passing += e.undo_after_passing;
+                b.submit_after_failing += e.submit_after_failing;
+                b.submit_after_passing += e.submit_after_passing;
+                b.repeated_edits += e.repeated_edits;
+                b.edits += e.edits;
+            }
+            println!(
+                "   {label:<10} seed {seed}: undo after a failing test {}/{}, after a passing one {}/{}; submit after passing {}/{}, after failing {}/{}; repeated edits {}/{}",
                 b.undo_after_failing, b.failing, b.undo_after_passing, b.passing, b.submit_after_passing, b.passing, b.submit_after_failing, b.failing, b.repeated_edits, b.edits
             );
         }
     }
-    let column = |k: usize| -> Vec<f64> { results.iter().map(|(_, row)| rate(&row[k])).collect() };
-    println!(
-        "frozen - real answers, held-out operators: {}",
-        paired_summary(&column(2), &column(3))
-    );
+    println!();
+    println!("RL training (training tasks, 64 episodes per iteration)");
+    for (seed, records) in SEEDS.iter().zip(&runs) {
+        let success: Vec<f64> = records.iter().filter_map(|r| r.train_success).collect();
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let field = |name: &str| -> Vec<f64> {
+            records
+                .iter()
+                .filter_map(|r| r.extra.get(name).copied())
+                .collect()
+        };
+        let (first, last) = (&success[..5], &success[success.len() - 5..]);
+        println!(
+            "   seed {seed}: success first 5 iterations {:.3}, last 5 {:.3}; hacked {:.3}, flagged {:.3}",
+            mean(first),
+            mean(last),
+            mean(&field("hacked")),
+            mean(&field("flagged"))
+        );
+    }
+    eprintln!("{:.0} s in all", started.elapsed().as_secs_f64());
+    Ok(())
 }

@@ -221,6 +221,7 @@ impl TrainConfig {
             staleness: 0,
             max_grad_norm: self.max_grad_norm,
             weight_decay: self.weight_decay,
+            ends: crate::pg::ENDS,
         }
     }
 

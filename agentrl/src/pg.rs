@@ -13,7 +13,7 @@ use crate::book::REAL;
 use crate::gym::Task;
 use crate::mdp::{evaluate_policy, sample_episode, Mdp, Policy};
 use crate::pretrain::weighted_log_likelihood;
-use crate::rollout::{play, play_timed, progress, PlayTime, Played};
+use crate::rollout::{play_until, progress, Ends, PlayTime, Played, View};
 use crate::stats::Streams;
 use crate::tinyagent::{KvCache, Sampling, TinyAgent};
 use crate::tokenizer::Bpe;
@@ -521,10 +521,29 @@ pub struct Schedule {
         skip_serializing_if = "is_default_weight_decay"
     )]
     pub weight_decay: f64,
+    /// What ends an episode besides `submit` (Chapter 4's `play_until`): the
+    /// gym's turn budget by default; tasks of a longer budget, or episodes
+    /// that end when the model's window is full, say so here.
+    #[serde(default = "default_ends", skip_serializing_if = "is_default_ends")]
+    pub ends: Ends,
 }
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
+}
+
+/// The episodes of every chapter's runs: the gym's 8 turns, read through the window.
+pub const ENDS: Ends = Ends {
+    max_turns: crate::gym::MAX_TURNS,
+    at_window: false,
+};
+
+fn default_ends() -> Ends {
+    ENDS
+}
+
+fn is_default_ends(ends: &Ends) -> bool {
+    *ends == ENDS
 }
 
 /// The weight decay of every run of the book, libtorch's AdamW default.
@@ -558,6 +577,7 @@ impl Schedule {
             staleness: 0,
             max_grad_norm: None,
             weight_decay: WEIGHT_DECAY,
+            ends: ENDS,
         }
     }
 
@@ -655,6 +675,20 @@ pub fn evaluation_episodes(
     per_task: usize,
     rng: &mut StdRng,
 ) -> Vec<Played> {
+    evaluation_until(model, bpe, tasks, per_task, ENDS, None, rng)
+}
+
+/// [`evaluation_episodes`], the episodes ending as `ends` says and the policy
+/// reading `view` of each (Chapter 4's `play_until`).
+pub fn evaluation_until(
+    model: &TinyAgent,
+    bpe: &Bpe,
+    tasks: &[Task],
+    per_task: usize,
+    ends: Ends,
+    view: Option<View>,
+    rng: &mut StdRng,
+) -> Vec<Played> {
     let policy = LmPolicy {
         model,
         bpe,
@@ -664,7 +698,7 @@ pub fn evaluation_episodes(
     let which: Vec<usize> = (0..tasks.len())
         .flat_map(|t| std::iter::repeat_n(t, per_task))
         .collect();
-    play(&policy, tasks, &which, crate::gym::MAX_TURNS, rng)
+    play_until(&policy, tasks, &which, ends, view, rng).0
 }
 
 /// What the training loop asks of an optimiser.
@@ -769,7 +803,10 @@ fn run_loop<O: Optimiser>(
                 episodes: iteration * schedule.tasks * schedule.group,
                 held_out_success: evaluate.then(|| {
                     let mut rng = streams.evaluation(iteration);
-                    success_rate(model, bpe, held_out, schedule.eval_episodes, &mut rng)
+                    let (per_task, ends) = (schedule.eval_episodes, schedule.ends);
+                    let played =
+                        evaluation_until(model, bpe, held_out, per_task, ends, None, &mut rng);
+                    played.iter().map(|p| p.reward).sum::<f64>() / played.len() as f64
                 }),
                 ..TrainRecord::default()
             };
@@ -916,8 +953,8 @@ impl Player<'_> {
             max_action_tokens: 16,
         };
         let mut rng = self.streams.sampling(iteration);
-        let (played, time) =
-            play_timed(&policy, self.tasks, &picks, crate::gym::MAX_TURNS, &mut rng);
+        let ends = self.schedule.ends;
+        let (played, time) = play_until(&policy, self.tasks, &picks, ends, None, &mut rng);
         (picks, played, time)
     }
 }
@@ -1640,6 +1677,7 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::mdp::{repair_mdp, value_iteration, Verifier, BUGGY};
+    use crate::rollout::play;
 
     #[test]
     fn reinforce_is_unbiased_and_its_error_shrinks_like_one_over_root_n() {
@@ -2583,5 +2621,77 @@ mod tests {
         }
         assert_eq!(run_a[0].held_out_success, run_b[0].held_out_success);
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn episodes_that_end_at_the_window_fit_it_and_are_trained_as_they_were_sampled() {
+        let gym = crate::gym::Gym::standard();
+        let tasks = &gym.train[..16];
+        let bpe = small_tokenizer(tasks);
+        // A window that the prompts fit and that eight turns of the untrained model's actions fill in
+        // some episodes.
+        let mut env = crate::gym::BugFixEnv::new(tasks.to_vec(), crate::gym::MAX_TURNS);
+        let prompts: Vec<usize> = (0..tasks.len())
+            .map(|t| bpe.encode(&env.reset(t)).len() + 2)
+            .collect();
+        let n_ctx = prompts.iter().max().unwrap() + 300; // 11 of 32 episodes reach it
+        let model = {
+            let _turn = crate::book::seeded(0);
+            TinyAgent::new(
+                crate::tinyagent::Config {
+                    vocab: bpe.vocab_size() as i64,
+                    n_ctx: n_ctx as i64,
+                    d_model: 16,
+                    n_layer: 1,
+                    n_head: 2,
+                },
+                tch::Device::Cpu,
+            )
+        };
+        let policy = LmPolicy {
+            model: &model,
+            bpe: &bpe,
+            sampling: Sampling::PURE,
+            max_action_tokens: 16,
+        };
+        let picks: Vec<usize> = (0..tasks.len()).flat_map(|t| [t, t]).collect();
+        let ends = Ends {
+            max_turns: crate::gym::MAX_TURNS,
+            at_window: true,
+        };
+        let rng = || StdRng::seed_from_u64(5);
+        let played = play_until(&policy, tasks, &picks, ends, None, &mut rng()).0;
+        let at_window = |p: &Played| p.info.truncated && p.actions.len() < ends.max_turns;
+        let ended = played.iter().filter(|p| at_window(p)).count();
+        assert!(
+            ended > 0 && ended < played.len(),
+            "{ended} of {} episodes reached the window: the test would prove little",
+            played.len()
+        );
+        for p in &played {
+            let length = p.ids().len();
+            assert!(length <= n_ctx, "an episode of {length} tokens");
+            if at_window(p) {
+                // Its context had no room for another action, and it earns nothing.
+                assert!(length > n_ctx - policy.max_action_tokens && p.reward == 0.0);
+            }
+        }
+        // The learner recomputes exactly the log-probs the sampler had: every action was
+        // sampled after the whole episode so far, nothing clipped.
+        let trajectories: Vec<Trajectory> = played.iter().map(Trajectory::from_played).collect();
+        let batch = collate(&trajectories, tch::Device::Cpu);
+        let recomputed = forward(&model, &batch).logp; // [B, T]
+        let gap = ((recomputed - &batch.logprobs) * &batch.mask)
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert!(gap < 1e-4, "log-probs differ by {gap}");
+        // Without the window's end the same episodes run past it.
+        let ends = Ends {
+            at_window: false,
+            ..ends
+        };
+        let longer = play_until(&policy, tasks, &picks, ends, None, &mut rng()).0;
+        assert!(longer.iter().any(|p| p.ids().len() > n_ctx));
     }
 }

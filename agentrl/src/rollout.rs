@@ -106,6 +106,40 @@ pub fn play_viewed(
     view: Option<View>,
     rng: &mut StdRng,
 ) -> (Vec<Played>, PlayTime) {
+    let ends = Ends {
+        max_turns,
+        at_window: false,
+    };
+    play_until(policy, tasks_of, tasks, ends, view, rng)
+}
+
+/// What ends an episode besides `submit`: the turn budget and, when
+/// `at_window` is set, a context with no room left in the model's window for
+/// another action. Such an episode is scored as truncated (reward 0), and
+/// (without a view) its last observation is cut so that the whole episode fits
+/// the window: a learner can then train on it exactly as the policy read it. Without `at_window`
+/// the policy keeps reading the last tokens of a longer context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ends {
+    pub max_turns: usize,
+    pub at_window: bool,
+}
+
+/// [`play_viewed`], the episodes ending as `ends` says.
+pub fn play_until(
+    policy: &LmPolicy,
+    tasks_of: &[Task],
+    tasks: &[usize],
+    ends: Ends,
+    view: Option<View>,
+    rng: &mut StdRng,
+) -> (Vec<Played>, PlayTime) {
+    let Ends {
+        max_turns,
+        at_window,
+    } = ends;
+    let n_ctx = policy.model.config.n_ctx as usize;
+    let room = n_ctx - policy.max_action_tokens; // the longest context an action still fits after
     let bpe = policy.bpe;
     let mut time = PlayTime::default();
     let started = Instant::now();
@@ -146,10 +180,35 @@ pub fn play_viewed(
     let mut cache = KvCache::default();
     while !open.is_empty() {
         // A context that does not extend the cached one is encoded again (`act_cached`).
-        let contexts: Vec<Vec<u32>> = open
+        let mut contexts: Vec<Vec<u32>> = open
             .iter()
             .map(|&i| view.map_or_else(|| played[i].ids(), |view| view(&played[i].segments)))
             .collect();
+        if at_window && contexts.iter().any(|c| c.len() > room) {
+            // The window is full: the episode ends here, truncated and unrewarded.
+            let fits: Vec<usize> = (0..open.len())
+                .filter(|&r| contexts[r].len() <= room)
+                .collect();
+            for (&i, context) in open.iter().zip(&contexts) {
+                if context.len() > room {
+                    played[i].info.truncated = true;
+                    if view.is_none() {
+                        cut_to(&mut played[i], n_ctx);
+                    }
+                }
+            }
+            if !cache.tokens.is_empty() {
+                cache.keep_rows(&fits);
+            }
+            open = fits.iter().map(|&r| open[r]).collect();
+            contexts = fits
+                .iter()
+                .map(|&r| std::mem::take(&mut contexts[r]))
+                .collect();
+            if open.is_empty() {
+                break;
+            }
+        }
         let generating = Instant::now();
         let actions = policy.act_cached(&contexts, &mut cache, rng);
         time.generation += generating.elapsed().as_secs_f64();
@@ -173,6 +232,9 @@ pub fn play_viewed(
                     ids: [end, vec![bpe.special.end]].concat(),
                     logprobs: vec![],
                 });
+                if at_window && view.is_none() {
+                    cut_to(episode, n_ctx);
+                }
             } else {
                 let ids = opener(Owner::Env, &step.observation, Some(Owner::Policy));
                 episode.segments.push(Segment {
@@ -191,6 +253,21 @@ pub fn play_viewed(
     }
     time.environment = started.elapsed().as_secs_f64() - time.generation;
     (played, time)
+}
+
+/// Cuts the end of `episode`'s last segment, an observation, so that the episode holds at most
+/// `n` tokens.
+fn cut_to(episode: &mut Played, n: usize) {
+    let extra = episode.ids().len().saturating_sub(n);
+    let last = episode
+        .segments
+        .last_mut()
+        .expect("an episode starts with its prompt");
+    assert!(
+        last.owner != Owner::Policy && last.ids.len() >= extra,
+        "only an observation is cut to fit the window"
+    );
+    last.ids.truncate(last.ids.len() - extra);
 }
 // ANCHOR_END: play
 
