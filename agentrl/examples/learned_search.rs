@@ -1,12 +1,15 @@
 //! An experiment that no chapter runs yet: the base model trained further on transcripts of the
 //! scripted test-driven search on compact mutation tasks (the warm start), then by RL on the
 //! hidden-test reward (GRPO++, watched by the exploit monitor), three seeds. Both are evaluated on
-//! the held-out splits beside chance, the random-order search, the lookup by shape and the oracle;
-//! the trained agent also with the test's answers frozen, which shows whether it acts on them.
-//! Episodes end when the model's window is full (scored as failures), in training and in
-//! evaluation alike, so that the learner trains on exactly what the policy read.
+//! the held-out splits and on QuixBugs in the same format, beside chance, the random-order search,
+//! the lookup by shape and the oracle; the trained agent also with the test's answers frozen,
+//! which shows whether it acts on them. Episodes end when the model's window is full (scored as
+//! failures), in training and in evaluation alike, so that the learner trains on exactly what the
+//! policy read. With `--validation`, warm start and trained agent are compared on the validation
+//! split instead, which is how the RL settings were chosen.
 //!
-//! cargo run --example learned_search [-- <folder>]
+//! cargo run --example learned_search -- [--validation] [--lr X] [--iterations N]
+//!     [--compact-filtering] [folder]
 //!
 //! The warm starts and RL runs are kept in the folder (default `target/learned-search`) and reused
 //! when they are whole and were made with the same settings.
@@ -14,12 +17,13 @@ use agentrl::capstone::Monitored;
 use agentrl::grpo::{Plain, TrainConfig};
 use agentrl::gym::{Gym, Task};
 use agentrl::mutation::{
-    self, baselines, behaviour, compact, frozen_tests, warm_start_search, Behaviour, Lookup,
-    FORMAT, SEARCH_WARM_START,
+    self, baselines, behaviour, compact, first_edits, frozen_tests, warm_start_search, Behaviour,
+    FirstEdits, Lookup, FORMAT, SEARCH_WARM_START,
 };
 use agentrl::pg::{evaluation_until, read_records, side_by_side, train, TrainRecord};
 use agentrl::pretrain::PretrainConfig;
 use agentrl::pretrain::{base_dir, base_model, load_model, save_model, saved_model};
+use agentrl::quixbugs;
 use agentrl::rollout::{Ends, View};
 use agentrl::stats::{paired_bootstrap, paired_summary, plus_minus, wilson_interval_of_mean};
 use agentrl::tinyagent::TinyAgent;
@@ -115,6 +119,8 @@ struct Evaluated {
     per_task: Vec<f64>,
     /// Episodes that ended because the window was full.
     at_window: usize,
+    /// The first candidate edited, beside the lookup rule's picks.
+    first: FirstEdits,
 }
 
 fn evaluate(
@@ -124,6 +130,7 @@ fn evaluate(
     per: usize,
     view: Option<View>,
     stream: u64,
+    lookup: &Lookup,
 ) -> Evaluated {
     let mut rng = StdRng::seed_from_u64(stream);
     let played = evaluation_until(model, bpe, set, per, ENDS, view, &mut rng);
@@ -133,6 +140,7 @@ fn evaluate(
     }
     Evaluated {
         behaviour: behaviour(set, &played, FORMAT.max_turns),
+        first: first_edits(set, &played, lookup),
         per_task,
         at_window: played
             .iter()
@@ -154,6 +162,12 @@ fn main() -> Result<(), String> {
     let split = mutation::split(&programs, &FORMAT, 12);
     let short = |set: &[Task]| -> Vec<Task> { set.iter().map(compact).collect() };
     let train_tasks = short(&split.train);
+    // QuixBugs in the same format, as Chapter 17 plays it (the programs that have one).
+    let quixbugs_tasks: Vec<Task> = quixbugs::programs()
+        .iter()
+        .filter_map(|p| quixbugs::candidates_task(p, &FORMAT, 17))
+        .map(|t| compact(&t))
+        .collect();
     let sets: Vec<(&str, Vec<Task>, usize)> = if settings.validation {
         vec![("validation", short(&split.validation), 1)]
     } else {
@@ -161,6 +175,7 @@ fn main() -> Result<(), String> {
             ("held-out instances", short(&split.held_out_instances), 2),
             ("held-out programs", short(&split.held_out_programs), 2),
             ("held-out operators", short(&split.held_out_operators), 1),
+            ("QuixBugs", quixbugs_tasks, 4),
         ]
     };
     let lookup = Lookup::fit(&train_tasks);
@@ -265,8 +280,10 @@ fn main() -> Result<(), String> {
             Some((_, set, per)) => (set, *per, None),
             None => (&sets[2].1, sets[2].2, Some(&frozen as View)),
         };
-        let stream = 1000 * seed + k.min(2) as u64 + if settings.validation { 10 } else { 0 };
-        evaluate(&model, &bpe, set, per, view, stream)
+        // The frozen control meets the held-out operators' draws.
+        let named = if k < sets.len() { k } else { 2 };
+        let stream = 1000 * seed + named as u64 + if settings.validation { 10 } else { 0 };
+        evaluate(&model, &bpe, set, per, view, stream, &lookup)
     });
     let found = |i: usize, k: usize, trained: bool| -> &Evaluated {
         let at = jobs.iter().position(|&j| j == (i, k, trained)).unwrap();
@@ -347,6 +364,18 @@ fn main() -> Result<(), String> {
             println!(
                 "   {label:<10} seed {seed}: undo after a failing test {}/{}, after a passing one {}/{}; submit after passing {}/{}, after failing {}/{}; repeated edits {}/{}",
                 b.undo_after_failing, b.failing, b.undo_after_passing, b.passing, b.submit_after_passing, b.passing, b.submit_after_failing, b.failing, b.repeated_edits, b.edits
+            );
+            let mut f = FirstEdits::default();
+            for k in 0..sets.len() {
+                let e = found(i, k, trained).first;
+                f.episodes += e.episodes;
+                f.fix += e.fix;
+                f.lookups_pick += e.lookups_pick;
+                f.lookups_pick_by_chance += e.lookups_pick_by_chance;
+            }
+            println!(
+                "   {:<10} first edit: the fix {}/{} (one in ten by chance), the lookup's pick {}/{} ({:.0} by chance)",
+                "", f.fix, f.episodes, f.lookups_pick, f.episodes, f.lookups_pick_by_chance
             );
         }
     }

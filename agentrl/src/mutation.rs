@@ -1132,10 +1132,15 @@ impl Lookup {
     }
 
     fn success_with(&self, runner: &dyn TestRunner, task: &Task) -> f64 {
+        let top = self.picks(task);
+        top.iter().filter(|e| repairs_with(runner, task, e)).count() as f64 / top.len() as f64
+    }
+
+    /// The candidates of `task` the rule would pick: those of the highest rate.
+    pub fn picks<'t>(&self, task: &'t Task) -> Vec<&'t Edit> {
         let rate = |e: &Edit| self.rates.get(&diff_shape(e)).copied().unwrap_or(0.0);
         let best = task.menu.iter().map(rate).fold(f64::NEG_INFINITY, f64::max);
-        let top: Vec<&Edit> = task.menu.iter().filter(|e| rate(e) == best).collect();
-        top.iter().filter(|e| repairs_with(runner, task, e)).count() as f64 / top.len() as f64
+        task.menu.iter().filter(|e| rate(e) == best).collect()
     }
 }
 
@@ -1367,6 +1372,43 @@ pub fn behaviour(tasks: &[Task], played: &[Played], max_turns: usize) -> Behavio
         }
     }
     b
+}
+
+/// The first candidate an agent edits in each episode, beside the lookup
+/// rule's picks: whether it is the fix, and whether it is one of the
+/// candidates the rule would pick, with the number of such episodes expected
+/// if the first edit were drawn uniformly from the menu.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FirstEdits {
+    /// Episodes with at least one edit of a candidate on the menu.
+    pub episodes: usize,
+    pub fix: usize,
+    pub lookups_pick: usize,
+    /// Σ over those episodes of (the rule's picks) / (the menu's size).
+    pub lookups_pick_by_chance: f64,
+}
+
+/// [`FirstEdits`] of `played` (episodes on `tasks`), read from their actions.
+pub fn first_edits(tasks: &[Task], played: &[Played], lookup: &Lookup) -> FirstEdits {
+    let mut f = FirstEdits::default();
+    for p in played {
+        let task = &tasks[p.task];
+        let first = p.actions.iter().find_map(|a| match parse_call(a) {
+            Some(Call {
+                tool,
+                arg: Some(op),
+            }) if tool == "edit" => task.menu.iter().find(|e| e.name == op),
+            _ => None,
+        });
+        if let Some(edit) = first {
+            let picks = lookup.picks(task);
+            f.episodes += 1;
+            f.fix += usize::from(edit.kind == EditKind::Fix);
+            f.lookups_pick += usize::from(picks.iter().any(|e| e.name == edit.name));
+            f.lookups_pick_by_chance += picks.len() as f64 / task.menu.len() as f64;
+        }
+    }
+    f
 }
 
 /// A harness that freezes the test's answer: the policy reads every output
@@ -1824,6 +1866,25 @@ mod tests {
             (0, 0, 0)
         );
         assert!(b.solved > 0 && b.solved <= b.submit_after_passing, "{b:?}");
+        // The search's first edits: one per episode, in a random order, so the fix about as
+        // often as one in ten. An agent that first edits the lookup's pick matches it every time.
+        let lookup = Lookup::fit(&tasks);
+        let f = first_edits(&tasks, &played, &lookup);
+        assert_eq!(f.episodes, tasks.len());
+        assert!(f.fix < f.episodes && f.lookups_pick < f.episodes, "{f:?}");
+        let follower: Vec<Played> = (0..tasks.len())
+            .map(|t| Played {
+                task: t,
+                actions: vec![
+                    "<call> test </call>".into(),
+                    format!("<call> edit {} </call>", lookup.picks(&tasks[t])[0].name),
+                ],
+                ..played[t].clone()
+            })
+            .collect();
+        let f = first_edits(&tasks, &follower, &lookup);
+        assert_eq!((f.episodes, f.lookups_pick), (tasks.len(), tasks.len()));
+        assert!(f.lookups_pick_by_chance < tasks.len() as f64);
         // The frozen harness shows the first test's answer after every later test, and
         // leaves everything else as it was.
         let seg = |owner: Owner, ids: Vec<u32>| Segment {
