@@ -349,30 +349,15 @@ fn main() -> Result<(), String> {
     println!("what each agent did with the test's answers (pooled over the sets)");
     for (label, trained) in [("warm start", false), ("after RL", true)] {
         for (i, seed) in SEEDS.iter().enumerate() {
-            let mut b = Behaviour::default();
+            let (mut b, mut f) = (Behaviour::default(), FirstEdits::default());
             for k in 0..sets.len() {
-                let e = found(i, k, trained).behaviour;
-                b.failing += e.failing;
-                b.passing += e.passing;
-                b.undo_after_failing += e.undo_after_failing;
-                b.undo_after_passing += e.undo_after_passing;
-                b.submit_after_failing += e.submit_after_failing;
-                b.submit_after_passing += e.submit_after_passing;
-                b.repeated_edits += e.repeated_edits;
-                b.edits += e.edits;
+                b += found(i, k, trained).behaviour;
+                f += found(i, k, trained).first;
             }
             println!(
                 "   {label:<10} seed {seed}: undo after a failing test {}/{}, after a passing one {}/{}; submit after passing {}/{}, after failing {}/{}; repeated edits {}/{}",
                 b.undo_after_failing, b.failing, b.undo_after_passing, b.passing, b.submit_after_passing, b.passing, b.submit_after_failing, b.failing, b.repeated_edits, b.edits
             );
-            let mut f = FirstEdits::default();
-            for k in 0..sets.len() {
-                let e = found(i, k, trained).first;
-                f.episodes += e.episodes;
-                f.fix += e.fix;
-                f.lookups_pick += e.lookups_pick;
-                f.lookups_pick_by_chance += e.lookups_pick_by_chance;
-            }
             println!(
                 "   {:<10} first edit: the fix {}/{} (one in ten by chance), the lookup's pick {}/{} ({:.0} by chance)",
                 "", f.fix, f.episodes, f.lookups_pick, f.episodes, f.lookups_pick_by_chance

@@ -1332,6 +1332,22 @@ pub struct Behaviour {
     pub repeated_edits: usize,
 }
 
+impl std::ops::AddAssign for Behaviour {
+    /// Counts of two sets of episodes, pooled.
+    fn add_assign(&mut self, other: Behaviour) {
+        self.episodes += other.episodes;
+        self.solved += other.solved;
+        self.failing += other.failing;
+        self.undo_after_failing += other.undo_after_failing;
+        self.submit_after_failing += other.submit_after_failing;
+        self.passing += other.passing;
+        self.undo_after_passing += other.undo_after_passing;
+        self.submit_after_passing += other.submit_after_passing;
+        self.edits += other.edits;
+        self.repeated_edits += other.repeated_edits;
+    }
+}
+
 /// The [`Behaviour`] of `played` (episodes on `tasks` with a budget of
 /// `max_turns`), read by replaying each episode's actions in the gym, which
 /// gives the same observations again.
@@ -1386,6 +1402,16 @@ pub struct FirstEdits {
     pub lookups_pick: usize,
     /// Σ over those episodes of (the rule's picks) / (the menu's size).
     pub lookups_pick_by_chance: f64,
+}
+
+impl std::ops::AddAssign for FirstEdits {
+    /// Counts of two sets of episodes, pooled.
+    fn add_assign(&mut self, other: FirstEdits) {
+        self.episodes += other.episodes;
+        self.fix += other.fix;
+        self.lookups_pick += other.lookups_pick;
+        self.lookups_pick_by_chance += other.lookups_pick_by_chance;
+    }
 }
 
 /// [`FirstEdits`] of `played` (episodes on `tasks`), read from their actions.
@@ -1866,10 +1892,24 @@ mod tests {
             (0, 0, 0)
         );
         assert!(b.solved > 0 && b.solved <= b.submit_after_passing, "{b:?}");
+        // Pooled counts are the counts of the pooled episodes.
+        let mut pooled = b;
+        pooled += b;
+        let twice = [played.clone(), played.clone()].concat();
+        assert_eq!(pooled, behaviour(&tasks, &twice, FORMAT.max_turns));
         // The search's first edits: one per episode, in a random order, so the fix about as
         // often as one in ten. An agent that first edits the lookup's pick matches it every time.
         let lookup = Lookup::fit(&tasks);
         let f = first_edits(&tasks, &played, &lookup);
+        let mut pooled = f;
+        pooled += f;
+        let twice = [played.clone(), played.clone()].concat();
+        let again = first_edits(&tasks, &twice, &lookup);
+        assert_eq!(
+            (pooled.episodes, pooled.fix, pooled.lookups_pick),
+            (again.episodes, again.fix, again.lookups_pick)
+        );
+        assert!((pooled.lookups_pick_by_chance - again.lookups_pick_by_chance).abs() < 1e-9);
         assert_eq!(f.episodes, tasks.len());
         assert!(f.fix < f.episodes && f.lookups_pick < f.episodes, "{f:?}");
         let follower: Vec<Played> = (0..tasks.len())

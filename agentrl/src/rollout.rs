@@ -116,9 +116,9 @@ pub fn play_viewed(
 /// What ends an episode besides `submit`: the turn budget and, when
 /// `at_window` is set, a context with no room left in the model's window for
 /// another action. Such an episode is scored as truncated (reward 0), and
-/// (without a view) its last observation is cut so that the whole episode fits
-/// the window: a learner can then train on it exactly as the policy read it. Without `at_window`
-/// the policy keeps reading the last tokens of a longer context.
+/// (without a view) its last observation is cut so that the whole episode
+/// fits the window: a learner can then train on it exactly as the policy read
+/// it. Without `at_window` the policy reads the last tokens of a longer context.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ends {
     pub max_turns: usize,
