@@ -140,8 +140,8 @@ pub struct Run {
 }
 
 /// Run a built chapter, with figures going to `figures_dir`, in the book
-/// environment (with `setup::FRESH_WEIGHTS` for the chapters that train
-/// weights from a fresh initialization); `overrides` replace variables of that environment, an empty value removing one
+/// environment (with `setup::FRESH_WEIGHTS` for the chapters that need MKL's
+/// compatible path); `overrides` replace variables of that environment, an empty value removing one
 /// (for the second setting and the `setting` command).
 pub fn execute(chapter: &Chapter, figures_dir: &Path, overrides: &[(&str, &str)]) -> Result<Run> {
     let exe = root().join("target/debug").join(bin_name(chapter));
@@ -153,7 +153,7 @@ pub fn execute(chapter: &Chapter, figures_dir: &Path, overrides: &[(&str, &str)]
         command.env_remove(key);
     }
     let mut env = setup::book_env();
-    if setup::trains_fresh_weights(&chapter.name) {
+    if setup::needs_compatible_path(&chapter.name) {
         env = setup::with_overrides(env, setup::FRESH_WEIGHTS);
     }
     let out = util::capture(
