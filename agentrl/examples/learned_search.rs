@@ -6,10 +6,13 @@
 //! which shows whether it acts on them. Episodes end when the model's window is full (scored as
 //! failures), in training and in evaluation alike, so that the learner trains on exactly what the
 //! policy read. With `--validation`, warm start and trained agent are compared on the validation
-//! split instead, which is how the RL settings were chosen.
+//! split instead, which is how the RL settings were chosen. With `--ordered`, the warm start
+//! imitates the search that tries the candidates in the order of the lookup rule's rates (it reads
+//! the diffs' shapes as well as the test's answers); with `--no-rl`, only the warm starts are
+//! trained and evaluated.
 //!
-//! cargo run --example learned_search -- [--validation] [--lr X] [--iterations N]
-//!     [--compact-filtering] [folder]
+//! cargo run --example learned_search -- [--validation] [--ordered] [--no-rl] [--lr X]
+//!     [--iterations N] [--compact-filtering] [folder]
 //!
 //! The warm starts and RL runs are kept in the folder (default `target/learned-search`) and reused
 //! when they are whole and were made with the same settings.
@@ -17,8 +20,8 @@ use agentrl::capstone::Monitored;
 use agentrl::grpo::{Plain, TrainConfig};
 use agentrl::gym::{Gym, Task};
 use agentrl::mutation::{
-    self, baselines, behaviour, compact, first_edits, frozen_tests, warm_start_search, Behaviour,
-    FirstEdits, Lookup, FORMAT, SEARCH_WARM_START,
+    self, baselines, behaviour, compact, first_edits, frozen_tests, ordered_search,
+    warm_start_search, Behaviour, FirstEdits, Lookup, FORMAT, SEARCH_WARM_START,
 };
 use agentrl::pg::{evaluation_until, read_records, side_by_side, train, TrainRecord};
 use agentrl::pretrain::PretrainConfig;
@@ -48,10 +51,13 @@ struct Settings {
     lr: f64,
     iterations: usize,
     compact_filtering: bool,
+    ordered: bool,
+    train_rl: bool,
 }
 
 impl Settings {
-    /// `[--validation] [--lr X] [--iterations N] [--compact-filtering] [folder]`.
+    /// `[--validation] [--ordered] [--no-rl] [--lr X] [--iterations N] [--compact-filtering]
+    /// [folder]`.
     fn from_args() -> Result<Settings, String> {
         let mut settings = Settings {
             root: PathBuf::from("target/learned-search"),
@@ -59,6 +65,8 @@ impl Settings {
             lr: 3e-4,
             iterations: 40,
             compact_filtering: false,
+            ordered: false,
+            train_rl: true,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -68,6 +76,8 @@ impl Settings {
             match arg.as_str() {
                 "--validation" => settings.validation = true,
                 "--compact-filtering" => settings.compact_filtering = true,
+                "--ordered" => settings.ordered = true,
+                "--no-rl" => settings.train_rl = false,
                 "--lr" => settings.lr = value("--lr")?.parse().map_err(|e| format!("--lr: {e}"))?,
                 "--iterations" => {
                     settings.iterations = value("--iterations")?
@@ -99,6 +109,14 @@ impl Settings {
         }
     }
 
+    /// The folder of one seed's warm start.
+    fn warm_dir(&self, seed: u64) -> PathBuf {
+        let ordered = if self.ordered { "-ordered" } else { "" };
+        self.root
+            .join(format!("seed-{seed}"))
+            .join(format!("warm-start{ordered}"))
+    }
+
     /// The folder of one seed's RL run with these settings.
     fn rl_dir(&self, seed: u64) -> PathBuf {
         let filter = if self.compact_filtering {
@@ -106,9 +124,11 @@ impl Settings {
         } else {
             ""
         };
-        self.root
-            .join(format!("seed-{seed}"))
-            .join(format!("rl-lr{}-{}{filter}", self.lr, self.iterations))
+        let ordered = if self.ordered { "-ordered" } else { "" };
+        self.root.join(format!("seed-{seed}")).join(format!(
+            "rl{ordered}-lr{}-{}{filter}",
+            self.lr, self.iterations
+        ))
     }
 }
 
@@ -156,7 +176,6 @@ fn rate(b: &Behaviour) -> f64 {
 fn main() -> Result<(), String> {
     tch::set_num_threads(1);
     let settings = Settings::from_args()?;
-    let root = &settings.root;
     let started = Instant::now();
     let programs = mutation::programs();
     let split = mutation::split(&programs, &FORMAT, 12);
@@ -180,8 +199,14 @@ fn main() -> Result<(), String> {
     };
     let lookup = Lookup::fit(&train_tasks);
     println!(
-        "{:<20} {:>5}  {:>6}  {:>21}  {:>21}  {:>6}",
-        "split", "tasks", "chance", "random-order search", "lookup by shape", "oracle"
+        "{:<20} {:>5}  {:>6}  {:>21}  {:>21}  {:>21}  {:>6}",
+        "split",
+        "tasks",
+        "chance",
+        "random-order search",
+        "lookup by shape",
+        "search by lookup",
+        "oracle"
     );
     for (name, set, _) in &sets {
         let b = baselines(set, &lookup, &FORMAT, 8, 12);
@@ -191,17 +216,18 @@ fn main() -> Result<(), String> {
             format!("{:.3} [{low:.3}, {high:.3}]", mean(v))
         };
         println!(
-            "{name:<20} {:>5}  {:>6.3}  {:>21}  {:>21}  {:>6.3}",
+            "{name:<20} {:>5}  {:>6.3}  {:>21}  {:>21}  {:>21}  {:>6.3}",
             set.len(),
             mean(&b.chance),
             cell(&b.search),
             cell(&b.lookup),
+            cell(&ordered_search(set, &lookup, &FORMAT)),
             mean(&b.oracle)
         );
     }
     // The base model on disk before the threads load it.
     base_model(&Gym::standard().train);
-    let warm_dir = |seed: u64| root.join(format!("seed-{seed}")).join("warm-start");
+    let warm_dir = |seed: u64| settings.warm_dir(seed);
     let rl_dir = |seed: u64| settings.rl_dir(seed);
     // 1. The warm start of each seed, kept once whole.
     side_by_side(SEEDS.to_vec(), 2, |seed| -> Result<(), String> {
@@ -214,7 +240,8 @@ fn main() -> Result<(), String> {
             seed,
             ..SEARCH_WARM_START
         };
-        let losses = warm_start_search(&mut model, &bpe, &train_tasks, &config, 16);
+        let order = settings.ordered.then_some(&lookup);
+        let losses = warm_start_search(&mut model, &bpe, &train_tasks, order, &config, 16);
         save_model(&warm_dir(seed), &bpe, &model)?;
         eprintln!(
             "seed {seed}: warm start {:.0} s, loss {:.3} -> {:.3}",
@@ -227,7 +254,12 @@ fn main() -> Result<(), String> {
     .into_iter()
     .collect::<Result<Vec<()>, String>>()?;
     // 2. RL from each warm start, kept when its schedule is the same and it finished.
-    let runs: Vec<Vec<TrainRecord>> = side_by_side(SEEDS.to_vec(), 2, |seed| {
+    let seeds = if settings.train_rl {
+        SEEDS.to_vec()
+    } else {
+        Vec::new()
+    };
+    let runs: Vec<Vec<TrainRecord>> = side_by_side(seeds, 2, |seed| {
         let (mut schedule, inner) = settings.rl().seeded(seed).run(Box::new(Plain));
         schedule.ends = ENDS;
         let dir = rl_dir(seed);
@@ -253,13 +285,15 @@ fn main() -> Result<(), String> {
     .into_iter()
     .collect::<Result<Vec<_>, String>>()?;
     // 3. Every seed's warm start and trained agent on each held-out set, on one evaluation
-    //    stream per seed and set, so that the two are paired; the trained agent also with the
-    //    test's answers frozen, on the held-out operators' stream.
+    //    stream per seed and set, so that the two are paired; the trained agent (the warm start
+    //    without RL) also with the test's answers frozen, on the held-out operators' stream.
+    let rl = settings.train_rl;
     let jobs: Vec<(usize, usize, bool)> = (0..SEEDS.len())
         .flat_map(|i| {
             (0..sets.len())
                 .flat_map(move |k| [(i, k, false), (i, k, true)])
-                .chain((!settings.validation).then_some((i, sets.len(), true)))
+                .filter(|&(_, _, trained)| rl || !trained)
+                .chain((!settings.validation).then_some((i, sets.len(), rl)))
         })
         .collect();
     let results: Vec<Evaluated> = side_by_side(jobs.clone(), 2, |(i, k, trained)| {
@@ -303,7 +337,8 @@ fn main() -> Result<(), String> {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let (warm, rl) = (column(false), column(true));
+        let warm = column(false);
+        let after = if rl { column(true) } else { Vec::new() };
         println!("{name} ({} tasks × {per} episodes)", set.len());
         let ended = |trained: bool| -> String {
             let n: usize = (0..SEEDS.len())
@@ -317,13 +352,16 @@ fn main() -> Result<(), String> {
             listed(&warm),
             ended(false)
         );
+        if !rl {
+            continue;
+        }
         println!(
             "   after RL         {} ({}); {}",
-            plus_minus(&rl),
-            listed(&rl),
+            plus_minus(&after),
+            listed(&after),
             ended(true)
         );
-        println!("   RL - warm start  {}", paired_summary(&warm, &rl));
+        println!("   RL - warm start  {}", paired_summary(&warm, &after));
         for (i, seed) in SEEDS.iter().enumerate() {
             let (a, b) = (&found(i, k, false).per_task, &found(i, k, true).per_task);
             let (mean, low, high) = paired_bootstrap(a, b, 10_000, *seed);
@@ -334,13 +372,14 @@ fn main() -> Result<(), String> {
     }
     if !settings.validation {
         let frozen: Vec<f64> = (0..SEEDS.len())
-            .map(|i| rate(&found(i, sets.len(), true).behaviour))
+            .map(|i| rate(&found(i, sets.len(), rl).behaviour))
             .collect();
         let real: Vec<f64> = (0..SEEDS.len())
-            .map(|i| rate(&found(i, 2, true).behaviour))
+            .map(|i| rate(&found(i, 2, rl).behaviour))
             .collect();
         println!(
-            "after RL, held-out operators with the test's answers frozen: {}; frozen - real {}",
+            "{}, held-out operators with the test's answers frozen: {}; frozen - real {}",
+            if rl { "after RL" } else { "warm start" },
             plus_minus(&frozen),
             paired_summary(&real, &frozen)
         );
@@ -348,6 +387,9 @@ fn main() -> Result<(), String> {
     println!();
     println!("what each agent did with the test's answers (pooled over the sets)");
     for (label, trained) in [("warm start", false), ("after RL", true)] {
+        if trained && !rl {
+            continue;
+        }
         for (i, seed) in SEEDS.iter().enumerate() {
             let (mut b, mut f) = (Behaviour::default(), FirstEdits::default());
             for k in 0..sets.len() {

@@ -228,24 +228,38 @@ enum Phase {
 /// after each edit test again, keep the edit if fewer tests fail, undo it
 /// otherwise, and submit as soon as nothing fails (or the menu is used up).
 /// An op that found nothing to change is passed over without a test. It
-/// never reads the source or the diffs.
+/// never reads the source or the diffs; the order it tries them in can be
+/// given ([`Searcher::in_order`]).
 pub struct Searcher {
     phase: Phase,
     next: usize,
     failing: usize,
+    /// Menu positions in the order they are tried; empty: the menu's order.
+    order: Vec<usize>,
 }
 
 impl Searcher {
     pub fn new() -> Searcher {
+        Searcher::in_order(Vec::new())
+    }
+
+    /// The search trying the menu's candidates at the positions `order`,
+    /// in that order (a ranking made by reading the menu).
+    pub fn in_order(order: Vec<usize>) -> Searcher {
         Searcher {
             phase: Phase::Start,
             next: 0,
             failing: 0,
+            order,
         }
     }
 
     fn edit_next(&mut self, env: &BugFixEnv) -> String {
-        match env.task().menu.get(self.next) {
+        let at = match self.order.is_empty() {
+            true => Some(self.next),
+            false => self.order.get(self.next).copied(),
+        };
+        match at.and_then(|at| env.task().menu.get(at)) {
             Some(edit) => {
                 self.next += 1;
                 self.phase = Phase::Edited;
@@ -265,7 +279,7 @@ impl Default for Searcher {
 impl Policy for Searcher {
     fn act(&mut self, env: &BugFixEnv, observation: &str, turn: usize) -> String {
         if turn == 0 {
-            *self = Searcher::new();
+            *self = Searcher::in_order(std::mem::take(&mut self.order));
         }
         match self.phase {
             Phase::Start => {

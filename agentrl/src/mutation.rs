@@ -1136,6 +1136,16 @@ impl Lookup {
         top.iter().filter(|e| repairs_with(runner, task, e)).count() as f64 / top.len() as f64
     }
 
+    /// The positions of `task`'s candidates from the highest rate to the
+    /// lowest, ties in menu order: the order a search that reads the diffs'
+    /// shapes tries them in ([`Searcher::in_order`]).
+    pub fn ranking(&self, task: &Task) -> Vec<usize> {
+        let rate = |e: &Edit| self.rates.get(&diff_shape(e)).copied().unwrap_or(0.0);
+        let mut order: Vec<usize> = (0..task.menu.len()).collect();
+        order.sort_by(|&a, &b| rate(&task.menu[b]).total_cmp(&rate(&task.menu[a])));
+        order
+    }
+
     /// The candidates of `task` the rule would pick: those of the highest rate.
     pub fn picks<'t>(&self, task: &'t Task) -> Vec<&'t Edit> {
         let rate = |e: &Edit| self.rates.get(&diff_shape(e)).copied().unwrap_or(0.0);
@@ -1255,14 +1265,32 @@ pub fn play_baselines(
 // ---------------------------------------------------------------------------
 
 // ANCHOR: learned_search
+/// The search of `lookup` on `task`: candidates in the order of the rule's
+/// rates ([`Lookup::ranking`]); without a rule, in the menu's order.
+pub fn searcher(task: &Task, lookup: Option<&Lookup>) -> Searcher {
+    Searcher::in_order(lookup.map_or_else(Vec::new, |rule| rule.ranking(task)))
+}
+
+/// Per-task success of the test-driven search that tries the candidates in
+/// the order of `lookup`'s rates, within the turn budget of `format`.
+pub fn ordered_search(tasks: &[Task], lookup: &Lookup, format: &Format) -> Vec<f64> {
+    let mut env = BugFixEnv::new(tasks.to_vec(), format.max_turns);
+    (0..tasks.len())
+        .map(|t| run_episode(&mut env, t, &mut searcher(&tasks[t], Some(lookup)), None).reward)
+        .collect()
+}
+
 /// `n` transcripts of the scripted test-driven search ([`Searcher`]) with
 /// the turn budget of `format`, on `tasks` taken in passes over an order
-/// shuffled by `rng`. The search reads every test's answer: it undoes an
-/// edit after a failing test and submits after a passing one.
+/// shuffled by `rng`, trying the candidates in the menu's order or, with a
+/// `lookup` rule, in the order of its rates. The search reads every test's
+/// answer: it undoes an edit after a failing test and submits after a
+/// passing one.
 pub fn search_transcripts(
     tasks: &[Task],
     n: usize,
     format: &Format,
+    lookup: Option<&Lookup>,
     rng: &mut StdRng,
 ) -> Vec<Vec<(Owner, String)>> {
     let mut order: Vec<usize> = (0..tasks.len()).collect();
@@ -1274,7 +1302,12 @@ pub fn search_transcripts(
         .take(n)
         .map(|t| {
             let mut transcript = Vec::new();
-            run_episode(&mut env, t, &mut Searcher::new(), Some(&mut transcript));
+            run_episode(
+                &mut env,
+                t,
+                &mut searcher(&tasks[t], lookup),
+                Some(&mut transcript),
+            );
             transcript
         })
         .collect()
@@ -1293,22 +1326,25 @@ pub const SEARCH_WARM_START: PretrainConfig = PretrainConfig {
 };
 
 /// The base model trained further on transcripts of the scripted search on
-/// `tasks` (compact ones, [`compact`]), each seen through the windows the
-/// policy reads it with ([`Sequence::windows`], actions of at most
-/// `max_action` tokens). Returns the losses of its steps.
+/// `tasks` (compact ones, [`compact`]; in the order of `lookup`'s rates if
+/// given), each seen through the windows the policy reads it with
+/// ([`Sequence::windows`], actions of at most `max_action` tokens). Returns
+/// the losses of its steps.
 pub fn warm_start_search(
     model: &mut TinyAgent,
     bpe: &Bpe,
     tasks: &[Task],
+    lookup: Option<&Lookup>,
     config: &PretrainConfig,
     max_action: usize,
 ) -> Vec<f64> {
     let mut rng = StdRng::seed_from_u64(config.seed);
     let n_ctx = model.config.n_ctx as usize;
-    let sequences: Vec<Sequence> = search_transcripts(tasks, config.episodes, &FORMAT, &mut rng)
-        .iter()
-        .flat_map(|t| Sequence::new(bpe, t, config.context_weight).windows(n_ctx, max_action))
-        .collect();
+    let sequences: Vec<Sequence> =
+        search_transcripts(tasks, config.episodes, &FORMAT, lookup, &mut rng)
+            .iter()
+            .flat_map(|t| Sequence::new(bpe, t, config.context_weight).windows(n_ctx, max_action))
+            .collect();
     pretrain(model, &sequences, config)
 }
 
@@ -1837,6 +1873,7 @@ mod tests {
             &tasks,
             2 * tasks.len(),
             &FORMAT,
+            None,
             &mut StdRng::seed_from_u64(0),
         );
         // Two passes over one shuffled order: every task once in each pass.
@@ -1853,24 +1890,28 @@ mod tests {
         // The search's episodes, and what `behaviour` reads in them: it undoes after a failing
         // test and submits after a passing one, and never edits an op twice.
         let mut env = BugFixEnv::new(tasks.clone(), FORMAT.max_turns);
-        let played: Vec<Played> = (0..tasks.len())
-            .map(|t| {
-                let mut transcript = Vec::new();
-                let outcome = run_episode(&mut env, t, &mut Searcher::new(), Some(&mut transcript));
-                Played {
-                    task: t,
-                    segments: vec![],
-                    actions: transcript
-                        .iter()
-                        .filter(|(o, _)| *o == Owner::Policy)
-                        .map(|(_, a)| a.clone())
-                        .collect(),
-                    reward: outcome.reward,
-                    info: Default::default(),
-                    parse_errors: 0,
-                }
-            })
-            .collect();
+        let mut play = |lookup: Option<&Lookup>| -> Vec<Played> {
+            (0..tasks.len())
+                .map(|t| {
+                    let mut transcript = Vec::new();
+                    let mut search = searcher(&tasks[t], lookup);
+                    let outcome = run_episode(&mut env, t, &mut search, Some(&mut transcript));
+                    Played {
+                        task: t,
+                        segments: vec![],
+                        actions: transcript
+                            .iter()
+                            .filter(|(o, _)| *o == Owner::Policy)
+                            .map(|(_, a)| a.clone())
+                            .collect(),
+                        reward: outcome.reward,
+                        info: Default::default(),
+                        parse_errors: 0,
+                    }
+                })
+                .collect()
+        };
+        let played = play(None);
         let b = behaviour(&tasks, &played, FORMAT.max_turns);
         // (A failing test is not undone when it fails fewer tests than before, or when the
         // budget ends there; nor is a passing one submitted then.)
@@ -1925,6 +1966,22 @@ mod tests {
         let f = first_edits(&tasks, &follower, &lookup);
         assert_eq!((f.episodes, f.lookups_pick), (tasks.len(), tasks.len()));
         assert!(f.lookups_pick_by_chance < tasks.len() as f64);
+        // The search in the order of the rule's rates edits one of its picks first, every
+        // time, and still reads the answers; `ordered_search` scores those episodes.
+        let ranked = play(Some(&lookup));
+        let f = first_edits(&tasks, &ranked, &lookup);
+        assert_eq!((f.episodes, f.lookups_pick), (tasks.len(), tasks.len()));
+        let b = behaviour(&tasks, &ranked, FORMAT.max_turns);
+        assert_eq!((b.undo_after_passing, b.submit_after_failing), (0, 0));
+        let rewards: Vec<f64> = ranked.iter().map(|p| p.reward).collect();
+        assert_eq!(ordered_search(&tasks, &lookup, &FORMAT), rewards);
+        for task in &tasks {
+            let mut order = lookup.ranking(task);
+            let rate = |i: usize| lookup.rates[&diff_shape(&task.menu[i])];
+            assert!(order.windows(2).all(|w| rate(w[0]) >= rate(w[1])));
+            order.sort();
+            assert_eq!(order, (0..task.menu.len()).collect::<Vec<_>>());
+        }
         // The frozen harness shows the first test's answer after every later test, and
         // leaves everything else as it was.
         let seg = |owner: Owner, ids: Vec<u32>| Segment {
