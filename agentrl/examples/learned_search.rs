@@ -296,6 +296,9 @@ fn main() -> Result<(), String> {
                 .chain((!settings.validation).then_some((i, sets.len(), rl)))
         })
         .collect();
+    // One evaluation stream per seed and set.
+    let stream =
+        |seed: u64, set: usize| 1000 * seed + set as u64 + if settings.validation { 10 } else { 0 };
     let results: Vec<Evaluated> = side_by_side(jobs.clone(), 2, |(i, k, trained)| {
         let seed = SEEDS[i];
         let (bpe, warm) = saved_model(&warm_dir(seed)).expect("the warm start");
@@ -316,8 +319,25 @@ fn main() -> Result<(), String> {
         };
         // The frozen control meets the held-out operators' draws.
         let named = if k < sets.len() { k } else { 2 };
-        let stream = 1000 * seed + named as u64 + if settings.validation { 10 } else { 0 };
-        evaluate(&model, &bpe, set, per, view, stream, &lookup)
+        evaluate(&model, &bpe, set, per, view, stream(seed, named), &lookup)
+    });
+    // 4. With --ordered, the warm start that imitates the random-order search too (kept in the
+    //    same folder by a run without --ordered), on the same streams: paired by seed and draws.
+    let plain_jobs: Vec<(usize, usize)> = match settings.ordered {
+        true => (0..SEEDS.len())
+            .flat_map(|i| (0..sets.len()).map(move |k| (i, k)))
+            .collect(),
+        false => Vec::new(),
+    };
+    let plain: Vec<Evaluated> = side_by_side(plain_jobs.clone(), 2, |(i, k)| {
+        let seed = SEEDS[i];
+        let dir = settings
+            .root
+            .join(format!("seed-{seed}"))
+            .join("warm-start");
+        let (bpe, model) = saved_model(&dir).expect("the warm start of the random-order search");
+        let (_, set, per) = &sets[k];
+        evaluate(&model, &bpe, set, *per, None, stream(seed, k), &lookup)
     });
     let found = |i: usize, k: usize, trained: bool| -> &Evaluated {
         let at = jobs.iter().position(|&j| j == (i, k, trained)).unwrap();
@@ -383,6 +403,40 @@ fn main() -> Result<(), String> {
             plus_minus(&frozen),
             paired_summary(&real, &frozen)
         );
+    }
+    if settings.ordered {
+        println!();
+        println!("warm starts: imitating the search by lookup (ordered) and the random-order search (plain); pass@1 over seeds, paired");
+        let of = |v: &[Evaluated], at: &dyn Fn(usize) -> usize| -> Vec<f64> {
+            (0..SEEDS.len())
+                .map(|i| rate(&v[at(i)].behaviour))
+                .collect()
+        };
+        for (k, (name, _, _)) in sets.iter().enumerate() {
+            let ordered = of(&results, &|i| {
+                jobs.iter().position(|&j| j == (i, k, false)).unwrap()
+            });
+            let plain = of(&plain, &|i| {
+                plain_jobs.iter().position(|&j| j == (i, k)).unwrap()
+            });
+            println!(
+                "   {name:<20} plain {}  ordered {}  ordered - plain {}",
+                plus_minus(&plain),
+                plus_minus(&ordered),
+                paired_summary(&plain, &ordered)
+            );
+        }
+        for (i, seed) in SEEDS.iter().enumerate() {
+            let (mut p, mut o) = (FirstEdits::default(), FirstEdits::default());
+            for k in 0..sets.len() {
+                p += plain[plain_jobs.iter().position(|&j| j == (i, k)).unwrap()].first;
+                o += found(i, k, false).first;
+            }
+            println!(
+                "   seed {seed}: first edit the lookup's pick: plain {}/{}, ordered {}/{} ({:.0} by chance); the fix: plain {}/{}, ordered {}/{}",
+                p.lookups_pick, p.episodes, o.lookups_pick, o.episodes, o.lookups_pick_by_chance, p.fix, p.episodes, o.fix, o.episodes
+            );
+        }
     }
     println!();
     println!("what each agent did with the test's answers (pooled over the sets)");
