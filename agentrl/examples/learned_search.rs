@@ -460,8 +460,10 @@ fn main() -> Result<(), String> {
             );
         }
     }
-    println!();
-    println!("RL training (training tasks, 64 episodes per iteration)");
+    if rl {
+        println!();
+        println!("RL training (training tasks, 64 episodes per iteration)");
+    }
     for (seed, records) in SEEDS.iter().zip(&runs) {
         let success: Vec<f64> = records.iter().filter_map(|r| r.train_success).collect();
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
