@@ -1140,17 +1140,27 @@ impl Lookup {
     /// lowest, ties in menu order: the order a search that reads the diffs'
     /// shapes tries them in ([`Searcher::in_order`]).
     pub fn ranking(&self, task: &Task) -> Vec<usize> {
-        let rate = |e: &Edit| self.rates.get(&diff_shape(e)).copied().unwrap_or(0.0);
         let mut order: Vec<usize> = (0..task.menu.len()).collect();
-        order.sort_by(|&a, &b| rate(&task.menu[b]).total_cmp(&rate(&task.menu[a])));
+        order.sort_by(|&a, &b| {
+            self.rate(&task.menu[b])
+                .total_cmp(&self.rate(&task.menu[a]))
+        });
         order
     }
 
     /// The candidates of `task` the rule would pick: those of the highest rate.
     pub fn picks<'t>(&self, task: &'t Task) -> Vec<&'t Edit> {
-        let rate = |e: &Edit| self.rates.get(&diff_shape(e)).copied().unwrap_or(0.0);
-        let best = task.menu.iter().map(rate).fold(f64::NEG_INFINITY, f64::max);
-        task.menu.iter().filter(|e| rate(e) == best).collect()
+        let best = task
+            .menu
+            .iter()
+            .map(|e| self.rate(e))
+            .fold(f64::NEG_INFINITY, f64::max);
+        task.menu.iter().filter(|e| self.rate(e) == best).collect()
+    }
+
+    /// The rate of `edit`'s shape among the training tasks' candidates (0 if unseen).
+    fn rate(&self, edit: &Edit) -> f64 {
+        self.rates.get(&diff_shape(edit)).copied().unwrap_or(0.0)
     }
 }
 
