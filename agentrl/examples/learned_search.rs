@@ -15,7 +15,7 @@
 //!     [--iterations N] [--compact-filtering] [folder]
 //!
 //! The warm starts and RL runs are kept in the folder (default `target/learned-search`) and reused
-//! when they are whole and were made with the same settings.
+//! when they are whole and were made with the same settings from tasks written as they are now.
 use agentrl::capstone::Monitored;
 use agentrl::grpo::{Plain, TrainConfig};
 use agentrl::gym::{Gym, Task};
@@ -32,7 +32,7 @@ use agentrl::stats::{paired_bootstrap, paired_summary, plus_minus, wilson_interv
 use agentrl::tinyagent::TinyAgent;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 const SEEDS: [u64; 3] = [0, 1, 2];
@@ -169,6 +169,17 @@ fn evaluate(
     }
 }
 
+/// Whether the model kept in `dir` was trained on these tasks as they are written now: the
+/// folder keeps the first training task's prompt (a change of the compact format retrains).
+fn made_from(dir: &Path, train_tasks: &[Task]) -> bool {
+    std::fs::read_to_string(dir.join("first-prompt.txt")).ok() == Some(train_tasks[0].prompt())
+}
+
+fn mark_made_from(dir: &Path, train_tasks: &[Task]) -> Result<(), String> {
+    std::fs::write(dir.join("first-prompt.txt"), train_tasks[0].prompt())
+        .map_err(|err| format!("cannot write to {}: {err}", dir.display()))
+}
+
 fn rate(b: &Behaviour) -> f64 {
     b.solved as f64 / b.episodes as f64
 }
@@ -231,7 +242,7 @@ fn main() -> Result<(), String> {
     let rl_dir = |seed: u64| settings.rl_dir(seed);
     // 1. The warm start of each seed, kept once whole.
     side_by_side(SEEDS.to_vec(), 2, |seed| -> Result<(), String> {
-        if saved_model(&warm_dir(seed)).is_ok() {
+        if saved_model(&warm_dir(seed)).is_ok() && made_from(&warm_dir(seed), &train_tasks) {
             return Ok(());
         }
         let clock = Instant::now();
@@ -243,6 +254,7 @@ fn main() -> Result<(), String> {
         let order = settings.ordered.then_some(&lookup);
         let losses = warm_start_search(&mut model, &bpe, &train_tasks, order, &config, 16);
         save_model(&warm_dir(seed), &bpe, &model)?;
+        mark_made_from(&warm_dir(seed), &train_tasks)?;
         eprintln!(
             "seed {seed}: warm start {:.0} s, loss {:.3} -> {:.3}",
             clock.elapsed().as_secs_f64(),
@@ -268,7 +280,7 @@ fn main() -> Result<(), String> {
             .ok()
             .and_then(|text| serde_json::from_str(&text).ok())
             .is_some_and(|stored: agentrl::pg::Schedule| stored == schedule);
-        if same && dir.join("final.safetensors").exists() {
+        if same && dir.join("final.safetensors").exists() && made_from(&dir, &train_tasks) {
             return read_records(&dir.join("metrics.jsonl"));
         }
         let clock = Instant::now();
@@ -279,6 +291,7 @@ fn main() -> Result<(), String> {
         };
         let tasks = (&train_tasks[..], &split.validation[..]);
         let records = train(&mut model, &bpe, tasks, &schedule, &mut algorithm, &dir)?;
+        mark_made_from(&dir, &train_tasks)?;
         eprintln!("seed {seed}: RL {:.0} s", clock.elapsed().as_secs_f64());
         Ok(records)
     })

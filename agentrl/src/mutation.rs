@@ -1084,13 +1084,15 @@ pub fn compact_diff(edit: &Edit, source: &str) -> String {
 /// `task` (a task of [`candidates_task`]) as a compact task: the issue's
 /// first line, each candidate as one [`compact_diff`] line, and `test`
 /// showing only the first failing test and how many more fail, so that an episode of the scripted
-/// search fits the book model's window of 768 tokens.
+/// search fits the book model's window of 768 tokens. A label is followed by
+/// a colon (`op 9: line 5: ...`): the book's tokenizer merges a digit and a
+/// comma into one token, and a label must be the token that `edit 9` writes.
 pub fn compact(task: &Task) -> Task {
     let first = task.issue.lines().next().unwrap_or_default();
     let menu: String = task
         .menu
         .iter()
-        .map(|edit| format!("\nop {}, {}", edit.name, compact_diff(edit, &task.source)))
+        .map(|edit| format!("\nop {}: {}", edit.name, compact_diff(edit, &task.source)))
         .collect();
     Task {
         issue: format!("{first}{menu}"),
@@ -1868,6 +1870,44 @@ mod tests {
             &*passing,
             &format!("all {} public tests pass", program.public.len())
         );
+    }
+
+    #[test]
+    fn a_compact_label_is_the_token_that_its_edit_action_writes() {
+        // With the book's tokenizer, a label written as "op 1," would be read as the token
+        // " 1," while the action `edit 1` writes " 1": the model would have to learn a mapping
+        // between two tokens for some labels and copy one token for others.
+        let bpe = Bpe::load(
+            &crate::pretrain::kept_dir()
+                .join("base")
+                .join("tokenizer.json"),
+        )
+        .expect("the kept base model's tokenizer");
+        let program = program();
+        let short = mutants(&program)
+            .iter()
+            .find_map(|m| task(&program, m, &FORMAT, 3))
+            .map(|t| compact(&t))
+            .expect("a task");
+        assert_eq!(short.menu.len(), 10, "labels 1 to 10");
+        let prompt = bpe.encode(&short.prompt());
+        let op = bpe.id("op").expect("a token for op");
+        for edit in &short.menu {
+            let action = bpe.encode(&format!("<call> edit {} </call>", edit.name));
+            let edit_id = bpe.id("Ġedit").expect("a token for edit");
+            let label = action[action.iter().position(|&i| i == edit_id).unwrap() + 1];
+            assert_eq!(
+                bpe.token(label),
+                format!("Ġ{}", edit.name),
+                "one token per label"
+            );
+            assert!(
+                prompt.windows(2).any(|w| w == [op, label]),
+                "op {} is not written as the action's token {:?}",
+                edit.name,
+                bpe.token(label)
+            );
+        }
     }
 
     #[test]
