@@ -240,6 +240,22 @@ fn main() -> Result<(), String> {
     base_model(&Gym::standard().train);
     let warm_dir = |seed: u64| settings.warm_dir(seed);
     let rl_dir = |seed: u64| settings.rl_dir(seed);
+    // With --ordered, the random-order warm starts it is compared with must be current.
+    let plain_dir = |seed: u64| {
+        settings
+            .root
+            .join(format!("seed-{seed}"))
+            .join("warm-start")
+    };
+    let stale = SEEDS
+        .iter()
+        .find(|&&s| settings.ordered && !made_from(&plain_dir(s), &train_tasks));
+    if let Some(&seed) = stale {
+        return Err(format!(
+            "{} was not made from these tasks as they are written now: run once without --ordered first",
+            plain_dir(seed).display()
+        ));
+    }
     // 1. The warm start of each seed, kept once whole.
     side_by_side(SEEDS.to_vec(), 2, |seed| -> Result<(), String> {
         if saved_model(&warm_dir(seed)).is_ok() && made_from(&warm_dir(seed), &train_tasks) {
@@ -344,10 +360,7 @@ fn main() -> Result<(), String> {
     };
     let plain: Vec<Evaluated> = side_by_side(plain_jobs.clone(), 2, |(i, k)| {
         let seed = SEEDS[i];
-        let dir = settings
-            .root
-            .join(format!("seed-{seed}"))
-            .join("warm-start");
+        let dir = plain_dir(seed);
         let (bpe, model) = saved_model(&dir).expect("the warm start of the random-order search");
         let (_, set, per) = &sets[k];
         evaluate(&model, &bpe, set, *per, None, stream(seed, k), &lookup)
