@@ -56,9 +56,12 @@ struct Format {
 }
 
 impl Format {
-    /// `task` (a mutation task, not compact) as the probe shows it; without flags, exactly as
-    /// [`mutation::compact`] does.
+    /// `task` (a mutation task, not compact) as the probe shows it; without flags, as
+    /// [`mutation::compact`] writes it.
     fn shown(&self, task: &Task, rule: &Lookup) -> Task {
+        if !(self.comma || self.label_last || self.mark) {
+            return mutation::compact(task);
+        }
         let first = self.mark.then(|| rule.ranking(task)[0]);
         let head = task.issue.lines().next().unwrap_or_default();
         let menu: String = task
@@ -71,7 +74,7 @@ impl Format {
                 match (self.label_last, self.comma) {
                     (true, _) => format!("\n{diff}{mark} is op {}", edit.name),
                     (false, true) => format!("\nop {}, {diff}{mark}", edit.name),
-                    (false, false) => format!("\nop {}: {diff}{mark}", edit.name),
+                    (false, false) => format!("\nop {}: {diff}{mark}", edit.name), // compact's, marked
                 }
             })
             .collect();

@@ -1892,9 +1892,9 @@ mod tests {
         assert_eq!(short.menu.len(), 10, "labels 1 to 10");
         let prompt = bpe.encode(&short.prompt());
         let op = bpe.id("op").expect("a token for op");
+        let edit_id = bpe.id("Ġedit").expect("a token for edit");
         for edit in &short.menu {
             let action = bpe.encode(&format!("<call> edit {} </call>", edit.name));
-            let edit_id = bpe.id("Ġedit").expect("a token for edit");
             let label = action[action.iter().position(|&i| i == edit_id).unwrap() + 1];
             assert_eq!(
                 bpe.token(label),
